@@ -1,0 +1,229 @@
+// Package store defines the relay's storage contract: the domain types, the
+// Store interface every backend implements, and the sentinel errors backends
+// translate their driver errors into. The conformance suite in
+// store/storetest is the executable form of this contract.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap driver errors into these so the HTTP layer
+// can answer without knowing which database is underneath.
+var (
+	// ErrNotFound: the device (or other named thing) does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrUnknownDevice: a send named a recipient that is not registered.
+	ErrUnknownDevice = errors.New("store: unknown device")
+	// ErrConflict: a send reused an id with other recipients or payload.
+	ErrConflict = errors.New("store: id conflict")
+	// ErrQueueFull: a recipient is over its pending envelope or byte limit.
+	ErrQueueFull = errors.New("store: queue full")
+	// ErrCursorAhead: an ack named a cursor above the device's head. The
+	// error is a *CursorAheadError, which carries the head.
+	ErrCursorAhead = errors.New("store: cursor ahead")
+	// ErrUnavailable: the database cannot be reached or did not answer in
+	// time. The caller should retry later; nothing was changed.
+	ErrUnavailable = errors.New("store: unavailable")
+)
+
+// CursorAheadError reports the highest seq the device was ever given.
+type CursorAheadError struct {
+	Head int64
+}
+
+func (e *CursorAheadError) Error() string {
+	return fmt.Sprintf("store: cursor ahead of head %d", e.Head)
+}
+
+func (e *CursorAheadError) Is(target error) bool { return target == ErrCursorAhead }
+
+// UnknownDeviceError names the first recipient that is not registered.
+type UnknownDeviceError struct {
+	Device string
+}
+
+func (e *UnknownDeviceError) Error() string {
+	return fmt.Sprintf("store: unknown device %q", e.Device)
+}
+
+func (e *UnknownDeviceError) Is(target error) bool { return target == ErrUnknownDevice }
+
+// QueueFullError names the first recipient over its pending limits.
+type QueueFullError struct {
+	Device string
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("store: queue of device %q is full", e.Device)
+}
+
+func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// Push target kinds, as in SPEC.md.
+const (
+	PushNone        = "none"
+	PushUnifiedPush = "unifiedpush"
+	PushAPNs        = "apns"
+	PushFCM         = "fcm"
+)
+
+// PushTarget is where a content-free wake for a device goes. The zero value
+// (or Kind PushNone) means no push.
+type PushTarget struct {
+	Kind    string // PushNone, PushUnifiedPush, PushAPNs or PushFCM
+	Address string // endpoint URL, APNs device token or FCM registration token
+}
+
+// Empty reports whether the target sends nothing.
+func (p PushTarget) Empty() bool { return p.Kind == "" || p.Kind == PushNone }
+
+// Device is one registered app instance.
+type Device struct {
+	Household    string
+	Name         string
+	IdentityKey  []byte // 32-byte Ed25519 public key, or nil
+	Push         PushTarget
+	Cursor       int64 // highest seq acknowledged
+	Head         int64 // highest seq ever given
+	RegisteredAt time.Time
+	LastSeen     time.Time
+}
+
+// RegisterParams creates or updates a device. A nil field leaves the stored
+// value as it is, so a repeated register with an empty body changes nothing.
+type RegisterParams struct {
+	Household   string
+	Device      string
+	Push        *PushTarget
+	IdentityKey []byte
+	Now         time.Time
+}
+
+// SendParams is one send. To must be sorted and free of repeats; the store
+// relies on that order to lock rows without deadlocks.
+type SendParams struct {
+	Household string
+	Sender    string
+	ID        string
+	To        []string
+	Payload   []byte
+	Now       time.Time
+	// Limits per recipient; a recipient that would exceed either gets
+	// ErrQueueFull and nothing is stored. Zero means unlimited.
+	MaxPendingEnvelopes int64
+	MaxPendingBytes     int64
+}
+
+// Delivery is one recipient's copy of a send.
+type Delivery struct {
+	Device string
+	Seq    int64
+	// Push is the recipient's push target at commit time. It is not part
+	// of the stored answer of a send and is empty on a repeated send.
+	Push PushTarget
+}
+
+// SendResult is the answer to a send. Repeat is true when the same send was
+// already stored: the deliveries are the first answer's, nothing new was
+// stored, and nobody needs waking.
+type SendResult struct {
+	ID         string
+	Deliveries []Delivery // ordered by device
+	Repeat     bool
+}
+
+// AckParams moves a device's cursor up to Cursor (never down) and deletes the
+// envelopes at or below it. A device that does not exist yet is registered.
+type AckParams struct {
+	Household string
+	Device    string
+	// Cursor is the new cursor; a negative value acknowledges nothing and
+	// only reports the position.
+	Cursor int64
+	Now    time.Time
+}
+
+// Position is where a device stands after an ack.
+type Position struct {
+	Cursor int64 // stored cursor
+	Head   int64 // highest seq ever given
+}
+
+// FetchParams reads envelopes above After.
+type FetchParams struct {
+	Household string
+	Device    string
+	After     int64
+	Limit     int   // at most this many envelopes
+	Budget    int64 // payload bytes; the first envelope is returned whatever its size
+}
+
+// Envelope is one stored copy of a send for one device.
+type Envelope struct {
+	Seq     int64
+	ID      string
+	From    string
+	SentAt  time.Time
+	Payload []byte
+}
+
+// Batch is the answer to a fetch. More is true when envelopes beyond the
+// limit or budget are waiting.
+type Batch struct {
+	Envelopes []Envelope
+	More      bool
+}
+
+// ListParams pages through a household's directory by device name.
+type ListParams struct {
+	Household string
+	After     string // exclusive; "" starts at the beginning
+	Limit     int
+}
+
+// ExpireParams deletes old data in batches of at most Batch rows.
+type ExpireParams struct {
+	EnvelopesBefore time.Time // envelopes sent before this are deleted
+	SendsBefore     time.Time // send records older than this, with no envelope left, are deleted
+	Batch           int
+}
+
+// ExpireResult counts what one expiry pass deleted.
+type ExpireResult struct {
+	Envelopes int64
+	Sends     int64
+}
+
+// Store is what the relay needs from a database. Every method takes ctx
+// first so that a client that hangs up cancels its query.
+type Store interface {
+	// Register creates the device or updates its push target and
+	// identity key, and returns it.
+	Register(ctx context.Context, p RegisterParams) (Device, error)
+	// Send stores one envelope per recipient atomically, or nothing.
+	Send(ctx context.Context, p SendParams) (SendResult, error)
+	// Ack acknowledges up to p.Cursor and reports the position.
+	Ack(ctx context.Context, p AckParams) (Position, error)
+	// Fetch reads ids and sizes above p.After first, then loads only the
+	// payloads inside the budget.
+	Fetch(ctx context.Context, p FetchParams) (Batch, error)
+	// Devices lists a household's devices ordered by name.
+	Devices(ctx context.Context, p ListParams) ([]Device, error)
+	// DeleteDevice removes a device and its envelopes and records the
+	// removal time. ErrNotFound when the device does not exist.
+	DeleteDevice(ctx context.Context, household, device string, at time.Time) error
+	// RemovedAt reports when the device was last removed; zero if never.
+	RemovedAt(ctx context.Context, household, device string) (time.Time, error)
+	// ClearPush clears the device's push target if it is still target.
+	ClearPush(ctx context.Context, household, device string, target PushTarget) error
+	// Expire deletes expired envelopes and send records.
+	Expire(ctx context.Context, p ExpireParams) (ExpireResult, error)
+	// Ping checks the database on a connection of its own, not the pool's.
+	Ping(ctx context.Context) error
+	// Close releases the store's connections.
+	Close() error
+}
