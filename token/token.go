@@ -1,0 +1,208 @@
+// Package token mints and verifies the relay's device tokens: compact JWTs
+// (RFC 7519) signed with EdDSA over Ed25519 (RFC 8037). Only "EdDSA" is
+// accepted, whatever the signature; the relay holds only public keys.
+package token
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// MaxLen is the longest token the relay parses; longer ones are refused
+// before any decoding.
+const MaxLen = 4096
+
+// Skew is the clock skew allowed on exp and nbf.
+const Skew = 60 * time.Second
+
+// Scopes.
+const (
+	ScopeDevice = "device"
+	ScopeAdmin  = "admin"
+)
+
+// Reasons a token is refused. The client always gets the same 401; these go
+// to the log.
+var (
+	ErrTooLong      = errors.New("token: longer than 4 KiB")
+	ErrMalformed    = errors.New("token: malformed")
+	ErrAlgorithm    = errors.New("token: algorithm is not EdDSA")
+	ErrSignature    = errors.New("token: signature does not verify with any trusted key")
+	ErrClaims       = errors.New("token: missing or invalid claims")
+	ErrExpired      = errors.New("token: expired")
+	ErrNotYetValid  = errors.New("token: not yet valid")
+	ErrUnknownScope = errors.New("token: unknown scope")
+)
+
+// Claims are the token's claims. Times are whole Unix seconds; IssuedAt and
+// NotBefore are zero when absent.
+type Claims struct {
+	Household string
+	Device    string
+	Expires   time.Time
+	IssuedAt  time.Time
+	NotBefore time.Time
+	Scope     string // ScopeDevice or ScopeAdmin
+}
+
+type header struct {
+	Alg  string   `json:"alg"`
+	Typ  string   `json:"typ,omitempty"`
+	Kid  string   `json:"kid,omitempty"`
+	Crit []string `json:"crit,omitempty"`
+}
+
+type wireClaims struct {
+	HH    string       `json:"hh"`
+	Sub   string       `json:"sub"`
+	Exp   *json.Number `json:"exp"`
+	Iat   *json.Number `json:"iat,omitempty"`
+	Nbf   *json.Number `json:"nbf,omitempty"`
+	Scope string       `json:"scope,omitempty"`
+}
+
+var b64 = base64.RawURLEncoding
+
+// Mint signs claims with key. A zero IssuedAt or NotBefore is left out.
+func Mint(key ed25519.PrivateKey, c Claims) (string, error) {
+	if c.Household == "" || c.Device == "" || c.Expires.IsZero() {
+		return "", fmt.Errorf("%w: hh, sub and exp are required", ErrClaims)
+	}
+	w := wireClaims{HH: c.Household, Sub: c.Device, Exp: unix(c.Expires), Scope: c.Scope}
+	if !c.IssuedAt.IsZero() {
+		w.Iat = unix(c.IssuedAt)
+	}
+	if !c.NotBefore.IsZero() {
+		w.Nbf = unix(c.NotBefore)
+	}
+	hb, err := json.Marshal(header{Alg: "EdDSA", Typ: "JWT"})
+	if err != nil {
+		return "", err
+	}
+	cb, err := json.Marshal(w)
+	if err != nil {
+		return "", err
+	}
+	signing := b64.EncodeToString(hb) + "." + b64.EncodeToString(cb)
+	return signing + "." + b64.EncodeToString(ed25519.Sign(key, []byte(signing))), nil
+}
+
+func unix(t time.Time) *json.Number {
+	n := json.Number(fmt.Sprint(t.Unix()))
+	return &n
+}
+
+// Verify checks raw against the trusted keys at time now and returns its
+// claims. Names in the claims are not validated here: a validly signed
+// token with a bad name is the issuer's mistake, and the caller answers 400.
+func Verify(raw string, keys []ed25519.PublicKey, now time.Time) (Claims, error) {
+	if len(raw) > MaxLen {
+		return Claims{}, ErrTooLong
+	}
+	h64, rest, ok := strings.Cut(raw, ".")
+	if !ok {
+		return Claims{}, ErrMalformed
+	}
+	c64, s64, ok := strings.Cut(rest, ".")
+	if !ok || strings.Contains(s64, ".") {
+		return Claims{}, ErrMalformed
+	}
+	var h header
+	if err := decodeJSON(h64, &h); err != nil {
+		return Claims{}, err
+	}
+	// Checked before the signature: a token naming another algorithm is
+	// refused whatever it carries.
+	if h.Alg != "EdDSA" {
+		return Claims{}, fmt.Errorf("%w: %q", ErrAlgorithm, h.Alg)
+	}
+	if len(h.Crit) > 0 {
+		return Claims{}, fmt.Errorf("%w: unsupported crit header", ErrMalformed)
+	}
+	sig, err := b64.DecodeString(s64)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return Claims{}, fmt.Errorf("%w: signature encoding", ErrMalformed)
+	}
+	signing := []byte(raw[:len(h64)+1+len(c64)])
+	verified := false
+	for _, k := range keys {
+		if ed25519.Verify(k, signing, sig) {
+			verified = true
+			break
+		}
+	}
+	if !verified {
+		return Claims{}, ErrSignature
+	}
+	var w wireClaims
+	if err := decodeJSON(c64, &w); err != nil {
+		return Claims{}, err
+	}
+	return w.claims(now)
+}
+
+func (w wireClaims) claims(now time.Time) (Claims, error) {
+	if w.HH == "" || w.Sub == "" || w.Exp == nil {
+		return Claims{}, fmt.Errorf("%w: hh, sub and exp are required", ErrClaims)
+	}
+	c := Claims{Household: w.HH, Device: w.Sub, Scope: w.Scope}
+	var err error
+	if c.Expires, err = numericDate(w.Exp); err != nil {
+		return Claims{}, err
+	}
+	if c.IssuedAt, err = numericDate(w.Iat); err != nil {
+		return Claims{}, err
+	}
+	if c.NotBefore, err = numericDate(w.Nbf); err != nil {
+		return Claims{}, err
+	}
+	switch c.Scope {
+	case "":
+		c.Scope = ScopeDevice
+	case ScopeDevice, ScopeAdmin:
+	default:
+		return Claims{}, fmt.Errorf("%w: %q", ErrUnknownScope, c.Scope)
+	}
+	if now.After(c.Expires.Add(Skew)) {
+		return Claims{}, ErrExpired
+	}
+	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-Skew)) {
+		return Claims{}, ErrNotYetValid
+	}
+	return c, nil
+}
+
+// numericDate reads an RFC 7519 NumericDate; fractions are truncated.
+func numericDate(n *json.Number) (time.Time, error) {
+	if n == nil {
+		return time.Time{}, nil
+	}
+	f, err := n.Float64()
+	if err != nil || f < 0 || f > math.MaxInt32*64 {
+		return time.Time{}, fmt.Errorf("%w: bad NumericDate %q", ErrClaims, n.String())
+	}
+	return time.Unix(int64(f), 0), nil
+}
+
+func decodeJSON(part string, v any) error {
+	b, err := b64.DecodeString(part)
+	if err != nil {
+		return fmt.Errorf("%w: base64: %v", ErrMalformed, err)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: json: %v", ErrMalformed, err)
+	}
+	if d.More() {
+		return fmt.Errorf("%w: trailing data", ErrMalformed)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package token
+
+import (
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newKey(tb testing.TB) ed25519.PrivateKey {
+	tb.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
+}
+
+// forge builds a token with an arbitrary header and claims, signed by sign.
+func forge(tb testing.TB, hdr, claims any, sign func([]byte) []byte) string {
+	tb.Helper()
+	hb, err := json.Marshal(hdr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cb, err := json.Marshal(claims)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := b64.EncodeToString(hb) + "." + b64.EncodeToString(cb)
+	return s + "." + b64.EncodeToString(sign([]byte(s)))
+}
+
+func TestVerify(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	key := newKey(t)
+	other := newKey(t)
+	pub := key.Public().(ed25519.PublicKey)
+	keys := []ed25519.PublicKey{other.Public().(ed25519.PublicKey), pub}
+
+	valid := Claims{Household: "home", Device: "phone", Expires: now.Add(time.Hour), IssuedAt: now}
+	mint := func(c Claims, k ed25519.PrivateKey) string {
+		s, err := Mint(k, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	with := func(f func(*Claims)) Claims { c := valid; f(&c); return c }
+	edSign := func(b []byte) []byte { return ed25519.Sign(key, b) }
+	claims := map[string]any{"hh": "home", "sub": "phone", "exp": now.Add(time.Hour).Unix()}
+
+	tests := []struct {
+		name  string
+		token string
+		want  error
+	}{
+		{"valid", mint(valid, key), nil},
+		{"admin scope", mint(with(func(c *Claims) { c.Scope = ScopeAdmin }), key), nil},
+		{"expired within skew", mint(with(func(c *Claims) { c.Expires = now.Add(-59 * time.Second) }), key), nil},
+		{"expired", mint(with(func(c *Claims) { c.Expires = now.Add(-61 * time.Second) }), key), ErrExpired},
+		{"nbf within skew", mint(with(func(c *Claims) { c.NotBefore = now.Add(59 * time.Second) }), key), nil},
+		{"future nbf", mint(with(func(c *Claims) { c.NotBefore = now.Add(61 * time.Second) }), key), ErrNotYetValid},
+		{"wrong key", mint(valid, newKey(t)), ErrSignature},
+		{"alg none", forge(t, map[string]string{"alg": "none", "typ": "JWT"}, claims, func([]byte) []byte { return nil }), ErrAlgorithm},
+		{"alg none signed", forge(t, map[string]string{"alg": "none"}, claims, edSign), ErrAlgorithm},
+		{"HS256 with public key as secret", forge(t, map[string]string{"alg": "HS256"}, claims, func(b []byte) []byte {
+			m := hmac.New(sha256.New, pub)
+			m.Write(b)
+			return m.Sum(nil)
+		}), ErrAlgorithm},
+		{"ES256 header", forge(t, map[string]string{"alg": "ES256"}, claims, edSign), ErrAlgorithm},
+		{"crit header", forge(t, map[string]any{"alg": "EdDSA", "crit": []string{"x"}}, claims, edSign), ErrMalformed},
+		{"tampered claims", tamper(mint(valid, key)), ErrSignature},
+		{"oversize", mint(with(func(c *Claims) { c.Scope = strings.Repeat("a", MaxLen) }), key), ErrTooLong},
+		{"no exp", forge(t, map[string]string{"alg": "EdDSA"}, map[string]any{"hh": "home", "sub": "phone"}, edSign), ErrClaims},
+		{"no sub", forge(t, map[string]string{"alg": "EdDSA"}, map[string]any{"hh": "home", "exp": now.Add(time.Hour).Unix()}, edSign), ErrClaims},
+		{"exp not a number", forge(t, map[string]string{"alg": "EdDSA"}, map[string]any{"hh": "home", "sub": "phone", "exp": true}, edSign), ErrMalformed},
+		{"unknown scope", mint(with(func(c *Claims) { c.Scope = "root" }), key), ErrUnknownScope},
+		{"two parts", "a.b", ErrMalformed},
+		{"four parts", mint(valid, key) + ".x", ErrMalformed},
+		{"empty", "", ErrMalformed},
+		{"bad base64", "!!!.e30.AAAA", ErrMalformed},
+		{"short signature", strings.Join(strings.Split(mint(valid, key), ".")[:2], ".") + ".AAAA", ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Verify(tt.token, keys, now)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Verify: %v", err)
+				}
+				if c.Household != "home" || c.Device != "phone" {
+					t.Fatalf("claims = %+v", c)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Verify err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// tamper changes the device in the claims but keeps the signature.
+func tamper(tok string) string {
+	parts := strings.Split(tok, ".")
+	b, _ := b64.DecodeString(parts[1])
+	b = []byte(strings.Replace(string(b), `"phone"`, `"laptop"`, 1))
+	parts[1] = b64.EncodeToString(b)
+	return strings.Join(parts, ".")
+}
+
+func TestMintRoundTrip(t *testing.T) {
+	key := newKey(t)
+	now := time.Unix(1_800_000_000, 0)
+	in := Claims{Household: "h", Device: "d", Expires: now.Add(time.Minute), IssuedAt: now, NotBefore: now, Scope: ScopeAdmin}
+	tok, err := Mint(key, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Verify(tok, []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != in {
+		t.Fatalf("got %+v, want %+v", got, in)
+	}
+	// A device-scoped token without iat: IssuedAt stays zero so the caller
+	// can refuse it for a removed device.
+	tok, _ = Mint(key, Claims{Household: "h", Device: "d", Expires: now.Add(time.Minute)})
+	got, err = Verify(tok, []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}, now)
+	if err != nil || !got.IssuedAt.IsZero() || got.Scope != ScopeDevice {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}
+
+// FuzzVerify: no input makes Verify panic, and whatever it accepts was
+// signed by the trusted key.
+func FuzzVerify(f *testing.F) {
+	key := ed25519.NewKeyFromSeed(make([]byte, 32))
+	now := time.Unix(1_800_000_000, 0)
+	tok, _ := Mint(key, Claims{Household: "h", Device: "d", Expires: now.Add(time.Hour), IssuedAt: now})
+	f.Add(tok)
+	f.Add("eyJhbGciOiJub25lIn0.e30.")
+	f.Add("a.b.c")
+	f.Add(tok + "x")
+	keys := []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := Verify(raw, keys, now)
+		if err != nil {
+			return
+		}
+		if c.Household == "" || c.Device == "" || c.Expires.IsZero() {
+			t.Fatalf("accepted token with missing claims: %+v", c)
+		}
+		parts := strings.Split(raw, ".")
+		sig, _ := b64.DecodeString(parts[2])
+		if !ed25519.Verify(keys[0], []byte(parts[0]+"."+parts[1]), sig) {
+			t.Fatal("accepted a token whose signature does not verify")
+		}
+	})
+}
