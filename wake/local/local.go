@@ -1,0 +1,213 @@
+// Package local is the in-process wake hub, for a relay that runs as one
+// process (FN_RELAY_REPLICAS=1). It holds no store or Redis connection: a
+// send's Signal reaches a poll held on the same process, and nothing else.
+//
+// The hub maps each device to its one waiter. The map is split into shards
+// by a hash of the key, so sends and polls for different devices rarely
+// contend on one mutex.
+package local
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/flamenet/relay/wake"
+)
+
+// shardCount is a power of two so that picking a shard is a mask.
+const shardCount = 64
+
+// Hub is the in-process wake hub. The zero value is not usable; call New.
+type Hub struct {
+	seed   maphash.Seed
+	closed atomic.Bool
+	shards [shardCount]shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	waiters map[wake.Key]*Waiter
+}
+
+var _ wake.Hub = (*Hub)(nil)
+
+// New returns an empty hub.
+func New() *Hub {
+	h := &Hub{seed: maphash.MakeSeed()}
+	for i := range h.shards {
+		h.shards[i].waiters = make(map[wake.Key]*Waiter)
+	}
+	return h
+}
+
+func (h *Hub) shard(k wake.Key) *shard {
+	// Mix the two hashes unevenly so that (a, b) and (b, a) land apart.
+	x := maphash.String(h.seed, k.Household)*0x9e3779b97f4a7c15 + maphash.String(h.seed, k.Device)
+	return &h.shards[x&(shardCount-1)]
+}
+
+// Subscribe registers k's one waiter on this hub. An older waiter for k
+// ends with wake.ErrSuperseded at once. After Close, Subscribe registers
+// nothing and returns a nil waiter and wake.ErrClosed, so a draining relay
+// can refuse the poll.
+func (h *Hub) Subscribe(_ context.Context, k wake.Key) (wake.Waiter, error) {
+	w, err := h.SubscribeLocal(k)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return w, nil
+}
+
+// SubscribeLocal is Subscribe returning the concrete waiter, for hubs that
+// build on this one (wake/redis) and need its channels.
+func (h *Hub) SubscribeLocal(k wake.Key) (*Waiter, error) {
+	s := h.shard(k)
+	w := &Waiter{
+		key:    k,
+		shard:  s,
+		signal: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	s.mu.Lock()
+	// Checked under the shard lock: Close sets the flag before it visits
+	// the shards, so a waiter is either refused here or ended by Close.
+	if h.closed.Load() {
+		s.mu.Unlock()
+		return nil, wake.ErrClosed
+	}
+	old := s.waiters[k]
+	s.waiters[k] = w
+	s.mu.Unlock()
+	if old != nil {
+		old.end(wake.ErrSuperseded)
+	}
+	return w, nil
+}
+
+// Signal wakes the waiter of each key held on this hub. A key with no
+// waiter costs one map lookup. It never fails.
+func (h *Hub) Signal(_ context.Context, keys []wake.Key) error {
+	for _, k := range keys {
+		s := h.shard(k)
+		s.mu.Lock()
+		if w := s.waiters[k]; w != nil {
+			w.notify()
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Held reports whether a waiter for k is registered on this hub.
+func (h *Hub) Held(k wake.Key) bool {
+	s := h.shard(k)
+	s.mu.Lock()
+	_, ok := s.waiters[k]
+	s.mu.Unlock()
+	return ok
+}
+
+// Close ends every registered waiter with wake.ErrClosed and refuses new
+// ones. Waiters stay registered (Held stays true) until their polls Close
+// them. It is safe to call more than once.
+func (h *Hub) Close() error {
+	h.closed.Store(true)
+	for i := range h.shards {
+		s := &h.shards[i]
+		s.mu.Lock()
+		for _, w := range s.waiters {
+			w.end(wake.ErrClosed)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Waiter is one held poll's registration. Wait is meant to be called by one
+// goroutine at a time (the poll's own); Close may be called from any.
+type Waiter struct {
+	key   wake.Key
+	shard *shard
+	// signal has room for one wake, so a Signal that lands between
+	// Subscribe and Wait is kept; more wakes before the Wait collapse into
+	// that one.
+	signal chan struct{}
+	// done is closed once, after err is set, when the waiter is superseded,
+	// the hub closes or the waiter itself is closed.
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+var _ wake.Waiter = (*Waiter)(nil)
+
+// Wait blocks until a signal (nil), supersession (wake.ErrSuperseded), hub
+// Close (wake.ErrClosed) or the end of ctx (ctx.Err()). After the waiter's
+// own Close it returns wake.ErrClosed.
+func (w *Waiter) Wait(ctx context.Context) error {
+	// An ended waiter answers with its reason even if a signal is also
+	// pending, so a superseded or draining poll never waits again.
+	select {
+	case <-w.done:
+		return w.err
+	default:
+	}
+	select {
+	case <-w.signal:
+		return nil
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Signaled receives one value per wake (collapsed to one while unreceived).
+// Receiving consumes the wake.
+func (w *Waiter) Signaled() <-chan struct{} { return w.signal }
+
+// Done is closed when the waiter ends; Err then says why.
+func (w *Waiter) Done() <-chan struct{} { return w.done }
+
+// Err is nil while the waiter is live, then wake.ErrSuperseded or
+// wake.ErrClosed.
+func (w *Waiter) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// Key is the device this waiter was registered for.
+func (w *Waiter) Key() wake.Key { return w.key }
+
+// Close unregisters the waiter if it is still the one registered for its
+// key; a superseded waiter must not remove its successor. Safe to call more
+// than once.
+func (w *Waiter) Close() {
+	s := w.shard
+	s.mu.Lock()
+	if s.waiters[w.key] == w {
+		delete(s.waiters, w.key)
+	}
+	s.mu.Unlock()
+	w.end(wake.ErrClosed)
+}
+
+func (w *Waiter) notify() {
+	select {
+	case w.signal <- struct{}{}:
+	default: // a wake is already pending; one is enough
+	}
+}
+
+func (w *Waiter) end(err error) {
+	w.once.Do(func() {
+		w.err = err
+		close(w.done)
+	})
+}
