@@ -306,18 +306,28 @@ func TestHubClose(t *testing.T) {
 	}
 }
 
-// Subscribe racing Close: every waiter is either refused or ends with
+// Subscribe racing Close: every waiter is either refused or ended with
 // ErrClosed; none is left waiting on a closed hub.
+//
+// Guard: Subscribe reads the closed flag under the shard lock. With the
+// check moved before the lock (and a yield between check and lock to widen
+// the window), this test went red: waiters registered after Close had
+// passed their shard and were never ended.
 func TestCloseRacingSubscribe(t *testing.T) {
-	for range 50 {
+	for round := range 20 {
 		h := local.New()
-		var wg sync.WaitGroup
-		start := make(chan struct{})
+		var (
+			wg         sync.WaitGroup
+			mu         sync.Mutex
+			waiters    []*local.Waiter
+			registered atomic.Int64
+		)
+		// Close lands once subscribers are well under way.
+		busy := make(chan struct{})
 		for i := range 8 {
 			wg.Go(func() {
-				<-start
-				for j := range 50 {
-					w, err := h.Subscribe(context.Background(), key(i*100+j))
+				for j := range 2000 {
+					w, err := h.SubscribeLocal(key(i*1000 + j))
 					if errors.Is(err, wake.ErrClosed) {
 						return
 					}
@@ -325,28 +335,23 @@ func TestCloseRacingSubscribe(t *testing.T) {
 						t.Errorf("Subscribe: %v", err)
 						return
 					}
-					// Close may not have happened yet, so only check the
-					// waiters that start after it below.
-					w.Close()
+					mu.Lock()
+					waiters = append(waiters, w)
+					mu.Unlock()
+					if registered.Add(1) == 200 {
+						close(busy)
+					}
 				}
 			})
 		}
-		var late atomic.Pointer[local.Waiter]
-		wg.Go(func() {
-			<-start
-			w, err := h.SubscribeLocal(key(99999))
-			if err == nil {
-				late.Store(w)
-			}
-		})
-		close(start)
+		<-busy
 		if err := h.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
 		}
 		wg.Wait()
-		if w := late.Load(); w != nil {
-			if err := waitFor(w, waitTimeout); !errors.Is(err, wake.ErrClosed) {
-				t.Fatalf("Wait of a waiter registered around Close = %v, want ErrClosed", err)
+		for _, w := range waiters {
+			if err := w.Err(); !errors.Is(err, wake.ErrClosed) {
+				t.Fatalf("round %d: waiter %v registered around Close has Err = %v, want ErrClosed", round, w.Key(), err)
 			}
 			w.Close()
 		}
