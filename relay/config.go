@@ -1,0 +1,283 @@
+package relay
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flamenet/relay/internal/edkey"
+)
+
+// Config is everything the relay can be told at start. Settings lists each
+// field with its environment variable, flag and default; README.md and
+// docs/OPERATIONS.md are checked against that list.
+type Config struct {
+	Listen      string
+	DatabaseURL string
+	// IssuerKeys are the trusted token issuers' public keys. When none is
+	// configured the relay creates (or reuses) IssuerKeyFile and trusts it.
+	IssuerKeys    []ed25519.PublicKey
+	IssuerKeyFile string
+
+	PollBudgetBytes     int64
+	MaxEnvelopeBytes    int
+	MaxWait             time.Duration
+	MaxRecipients       int
+	MaxPendingEnvelopes int64
+	MaxPendingBytes     int64
+	ShutdownGrace       time.Duration
+	StoreTimeout        time.Duration
+	SQLiteSynchronous   string
+
+	RelayReplicas         int
+	RedisURL              string
+	RedisConnsPerLoop     int // 0: 512 with several replicas, 32 with one
+	PostgresConnsPerLoop  int
+	SendInflight          int
+	SendRate              float64
+	SendBurst             int
+	MaxHeldPolls          int // 0: derived from the open-file limit
+	EnvelopeTTL           time.Duration
+	MetricsAddr           string
+	PushWorkers           int
+	PushQueue             int
+	PushAllowPrivate      bool
+	APNsKeyFile           string
+	APNsKeyID             string
+	APNsTeamID            string
+	APNsTopic             string
+	APNsURL               string
+	FCMCredentialsFile    string
+	FCMURL                string
+	FCMTokenURL           string
+	LogLevel              string
+	LogFormat             string
+	issuerKeysConfigured  bool
+	redisConnsPerLoopUser bool
+}
+
+// Setting is one configuration knob: its environment variable, the flag
+// that overrides it, its default and what it means.
+type Setting struct {
+	Env     string
+	Default string
+	Usage   string
+	set     func(c *Config, v string) error
+}
+
+// Flag is the command-line flag for the setting: FN_MAX_WAIT_SECS becomes
+// -max-wait-secs.
+func (s Setting) Flag() string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.Env, "FN_")), "_", "-")
+}
+
+// Settings is the relay's complete list of settings, in documentation order.
+func Settings() []Setting { return settings }
+
+var settings = []Setting{
+	{"FN_LISTEN", "127.0.0.1:8080", "address the HTTP API listens on", func(c *Config, v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return err
+		}
+		c.Listen = v
+		return nil
+	}},
+	{"FN_DATABASE_URL", "sqlite:data/relay.db", "store: sqlite:<path> or postgres://...", func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
+			return errors.New("want sqlite:<path> or postgres://...")
+		}
+		if v == "sqlite:" {
+			return errors.New("sqlite: needs a path")
+		}
+		c.DatabaseURL = v
+		return nil
+	}},
+	{"FN_ISSUER_KEYS", "", "comma-separated base64 Ed25519 public keys of trusted token issuers; empty: create and trust FN_ISSUER_KEY_FILE", func(c *Config, v string) error {
+		keys, err := ParseIssuerKeys(v)
+		c.IssuerKeys, c.issuerKeysConfigured = keys, len(keys) > 0
+		return err
+	}},
+	{"FN_ISSUER_KEY_FILE", "data/issuer.key", "issuer private key created and trusted when FN_ISSUER_KEYS is empty", str(func(c *Config) *string { return &c.IssuerKeyFile })},
+	{"FN_POLL_BUDGET_BYTES", "2097152", "payload bytes one poll returns at most (at least one envelope)", func(c *Config, v string) error {
+		n, err := positive(v, 1<<30)
+		c.PollBudgetBytes = n
+		return err
+	}},
+	{"FN_MAX_ENVELOPE_BYTES", "65536", "largest payload of one send, decoded", func(c *Config, v string) error {
+		n, err := positive(v, 16<<20)
+		c.MaxEnvelopeBytes = int(n)
+		return err
+	}},
+	{"FN_MAX_WAIT_SECS", "60", "longest wait a poll may ask for, in seconds", func(c *Config, v string) error {
+		n, err := positive(v, 3600)
+		c.MaxWait = time.Duration(n) * time.Second
+		return err
+	}},
+	{"FN_MAX_RECIPIENTS", "64", "most recipients of one send", func(c *Config, v string) error {
+		n, err := positive(v, 10000)
+		c.MaxRecipients = int(n)
+		return err
+	}},
+	{"FN_MAX_PENDING_ENVELOPES", "10000", "unacknowledged envelopes a device may hold before sends to it get 429 queue_full", func(c *Config, v string) error {
+		n, err := positive(v, 1<<40)
+		c.MaxPendingEnvelopes = n
+		return err
+	}},
+	{"FN_MAX_PENDING_BYTES", "67108864", "unacknowledged payload bytes a device may hold before sends to it get 429 queue_full", func(c *Config, v string) error {
+		n, err := positive(v, 1<<50)
+		c.MaxPendingBytes = n
+		return err
+	}},
+	{"FN_SHUTDOWN_GRACE", "10s", "how long a shutdown waits for sends in flight before closing connections", dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
+	{"FN_STORE_TIMEOUT", "5s", "deadline of one store call; past it the request gets 503 unavailable", dur(func(c *Config) *time.Duration { return &c.StoreTimeout })},
+	{"FN_SQLITE_SYNCHRONOUS", "FULL", "SQLite synchronous pragma: FULL or NORMAL (NORMAL may lose the last commits on power loss, never on a crash)", func(c *Config, v string) error {
+		switch strings.ToUpper(v) {
+		case "FULL", "NORMAL":
+			c.SQLiteSynchronous = strings.ToUpper(v)
+			return nil
+		}
+		return errors.New("want FULL or NORMAL")
+	}},
+	{"FN_SEND_INFLIGHT", "512", "sends processed at once; past it a send gets 429 rate_limited", func(c *Config, v string) error {
+		n, err := positive(v, 1<<20)
+		c.SendInflight = int(n)
+		return err
+	}},
+	{"FN_SEND_RATE", "5000", "sends per second admitted (token bucket rate)", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return errors.New("want a positive number")
+		}
+		c.SendRate = f
+		return nil
+	}},
+	{"FN_SEND_BURST", "10000", "sends admitted in a burst above the rate (token bucket size)", func(c *Config, v string) error {
+		n, err := positive(v, 1<<30)
+		c.SendBurst = int(n)
+		return err
+	}},
+	{"FN_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		switch v {
+		case "debug", "info", "warn", "error":
+			c.LogLevel = v
+			return nil
+		}
+		return errors.New("want debug, info, warn or error")
+	}},
+	{"FN_LOG_FORMAT", "text", "text or json", func(c *Config, v string) error {
+		if v != "text" && v != "json" {
+			return errors.New("want text or json")
+		}
+		c.LogFormat = v
+		return nil
+	}},
+}
+
+func str(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+// dur accepts a Go duration ("10s", "1m30s") or whole seconds ("10").
+func dur(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			*field(c) = time.Duration(n) * time.Second
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return errors.New("want a duration such as 10s or 1m")
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func positive(v string, limit int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > limit {
+		return 0, fmt.Errorf("want a whole number from 1 to %d", limit)
+	}
+	return n, nil
+}
+
+// ParseIssuerKeys reads comma-separated standard base64 Ed25519 public keys
+// and refuses any that is not a canonical, non-small-order point: such a key
+// would let anyone forge tokens.
+func ParseIssuerKeys(v string) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	for i, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		b, err := base64.StdEncoding.DecodeString(part)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: not standard base64", i+1)
+		}
+		if err := edkey.Check(b); err != nil {
+			return nil, fmt.Errorf("key %d: %w", i+1, err)
+		}
+		keys = append(keys, ed25519.PublicKey(b))
+	}
+	return keys, nil
+}
+
+// BindFlags registers one flag per setting on fs and returns a function that
+// builds the Config after fs.Parse: a flag given on the command line wins,
+// then a non-empty environment variable, then the default. The first bad
+// value is an error that names its setting.
+func BindFlags(fs *flag.FlagSet, getenv func(string) string) func() (Config, error) {
+	values := make([]*string, len(settings))
+	for i, s := range settings {
+		values[i] = fs.String(s.Flag(), "", fmt.Sprintf("%s (env %s, default %q)", s.Usage, s.Env, s.Default))
+	}
+	return func() (Config, error) {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		var c Config
+		for i, s := range settings {
+			v := s.Default
+			if e := getenv(s.Env); e != "" {
+				v = e
+			}
+			if given[s.Flag()] {
+				v = *values[i]
+			}
+			if err := s.set(&c, v); err != nil {
+				return Config{}, fmt.Errorf("%s=%q: %w", s.Env, v, err)
+			}
+		}
+		return c, c.validate()
+	}
+}
+
+// DefaultConfig is the configuration with every setting at its default.
+func DefaultConfig() Config {
+	c, err := BindFlags(flag.NewFlagSet("", flag.ContinueOnError), func(string) string { return "" })()
+	if err != nil {
+		panic(err) // the defaults are constants; a bad one is a programming error
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.ShutdownGrace <= 0 {
+		return errors.New("FN_SHUTDOWN_GRACE: must be above zero")
+	}
+	if c.StoreTimeout <= 0 {
+		return errors.New("FN_STORE_TIMEOUT: must be above zero")
+	}
+	return nil
+}
+
+// gomaxprocs is how many scheduler threads ("loops") per-loop pool settings
+// multiply by.
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }

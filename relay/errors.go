@@ -1,0 +1,126 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+
+	"github.com/flamenet/relay/store"
+)
+
+// Error codes of SPEC.md.
+const (
+	codeBadRequest      = "bad_request"
+	codeUnauthorized    = "unauthorized"
+	codeForbidden       = "forbidden"
+	codeNotFound        = "not_found"
+	codeUnknownDevice   = "unknown_device"
+	codePayloadTooLarge = "payload_too_large"
+	codeIDConflict      = "id_conflict"
+	codeQueueFull       = "queue_full"
+	codeRateLimited     = "rate_limited"
+	codeOverloaded      = "overloaded"
+	codeCursorAhead     = "cursor_ahead"
+	codeUnavailable     = "unavailable"
+	codeInternal        = "internal"
+)
+
+// httpError is an error with the answer the client gets. Message is for the
+// client; Cause is for the log only.
+type httpError struct {
+	Status  int
+	Code    string
+	Message string
+	Head    *int64 // cursor_ahead only
+	Cause   error
+}
+
+func (e *httpError) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func (e *httpError) Unwrap() error { return e.Cause }
+
+func errorf(status int, code, format string, args ...any) *httpError {
+	return &httpError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) *httpError {
+	return errorf(http.StatusBadRequest, codeBadRequest, format, args...)
+}
+
+var (
+	errUnauthorized = &httpError{Status: http.StatusUnauthorized, Code: codeUnauthorized, Message: "The token is missing or not valid."}
+	errDraining     = &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "The relay is shutting down; try again."}
+)
+
+// errorBody is the SPEC's error shape, in JSON and MessagePack alike.
+type errorBody struct {
+	Error   string `json:"error" msgpack:"error"`
+	Message string `json:"message" msgpack:"message"`
+	Head    *int64 `json:"head,omitempty" msgpack:"head,omitempty"`
+}
+
+// fromStore turns a store error into the client's answer.
+func fromStore(err error) *httpError {
+	var he *httpError
+	var ahead *store.CursorAheadError
+	var unknown *store.UnknownDeviceError
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.As(err, &ahead):
+		head := ahead.Head
+		return &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head, Cause: err}
+	case errors.As(err, &unknown):
+		return &httpError{Status: http.StatusNotFound, Code: codeUnknownDevice, Message: fmt.Sprintf("Device %q is not registered in this household.", unknown.Device), Cause: err}
+	case errors.Is(err, store.ErrUnknownDevice):
+		return &httpError{Status: http.StatusNotFound, Code: codeUnknownDevice, Message: "A recipient is not registered in this household.", Cause: err}
+	case errors.Is(err, store.ErrConflict):
+		return &httpError{Status: http.StatusConflict, Code: codeIDConflict, Message: "This send id was used with other recipients or another payload.", Cause: err}
+	case errors.Is(err, store.ErrQueueFull):
+		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Message: "A recipient has too many envelopes waiting.", Cause: err}
+	case errors.Is(err, store.ErrNotFound):
+		return &httpError{Status: http.StatusNotFound, Code: codeNotFound, Message: "No such device.", Cause: err}
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "The store is unavailable; try again.", Cause: err}
+	}
+	return &httpError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "Internal error.", Cause: err}
+}
+
+// retryAfter is a jittered number of whole seconds, so that refused clients
+// do not all come back in the same second.
+func retryAfter(status int) string {
+	base := 1
+	if status == http.StatusServiceUnavailable {
+		base = 2
+	}
+	return strconv.Itoa(base + rand.IntN(4))
+}
+
+// writeError answers with the SPEC's error body and logs the cause. A
+// request whose client has gone is not logged as an error.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	he := fromStore(err)
+	if he.Status == http.StatusTooManyRequests || he.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfter(he.Status))
+	}
+	if he.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="relay"`)
+	}
+	switch {
+	case r.Context().Err() != nil:
+	case he.Status >= 500:
+		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("path", r.URL.Path), slog.Int("status", he.Status), slog.Any("err", he))
+	case he.Cause != nil:
+		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request refused", slog.String("path", r.URL.Path), slog.Int("status", he.Status), slog.Any("err", he))
+	}
+	writeBody(w, r, he.Status, errorBody{Error: he.Code, Message: he.Message, Head: he.Head})
+}

@@ -1,0 +1,442 @@
+package relay
+
+import (
+	"context"
+	"encoding/base64"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/token"
+	"github.com/flamenet/relay/wake"
+)
+
+// bodyDeadline bounds how long a client may take to send a request body.
+const bodyDeadline = 30 * time.Second
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) error
+
+// authed verifies the bearer token, checks the names it carries and that its
+// device was not removed after it was issued, then runs h and turns its
+// error into the SPEC's error body.
+func (s *Server) authed(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.authenticate(r)
+		if err == nil {
+			err = h(w, r, c)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || len(r.Header.Values("Authorization")) != 1 {
+		return token.Claims{}, errUnauthorized
+	}
+	c, err := token.Verify(strings.TrimSpace(raw), s.keys, s.now())
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", err.Error()), slog.String("path", r.URL.Path))
+		return token.Claims{}, errUnauthorized
+	}
+	if !validName(c.Household) || !validName(c.Device) {
+		return token.Claims{}, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	removed, err := s.store.RemovedAt(ctx, c.Household, c.Device)
+	if err != nil {
+		return token.Claims{}, err
+	}
+	// A token issued at or before the removal (or without iat) is refused.
+	if !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed)) {
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", "device removed after the token was issued"), slog.String("path", r.URL.Path))
+		return token.Claims{}, errUnauthorized
+	}
+	return c, nil
+}
+
+func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.StoreTimeout)
+}
+
+// validName: 1 to 64 characters of A-Z a-z 0-9 . _ -
+func validName(n string) bool {
+	if len(n) < 1 || len(n) > 64 {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDeadline))
+	return readBody(w, r, limit)
+}
+
+type pushRequest struct {
+	Kind     string `json:"kind" msgpack:"kind"`
+	Endpoint string `json:"endpoint" msgpack:"endpoint"`
+	Token    string `json:"token" msgpack:"token"`
+}
+
+type registerRequest struct {
+	Push        *pushRequest `json:"push" msgpack:"push"`
+	IdentityKey *[]byte      `json:"identity_key" msgpack:"identity_key"`
+}
+
+type registerResponse struct {
+	Household string `json:"household" msgpack:"household"`
+	Device    string `json:"device" msgpack:"device"`
+	Cursor    int64  `json:"cursor" msgpack:"cursor"`
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+	body, err := s.readBody(w, r, 16<<10)
+	if err != nil {
+		return err
+	}
+	var req registerRequest
+	if err := decodeRequest(r, body, &req); err != nil {
+		return err
+	}
+	p := store.RegisterParams{Household: c.Household, Device: c.Device, Now: s.now()}
+	if req.IdentityKey != nil {
+		if err := edkey.Check(*req.IdentityKey); err != nil {
+			return badRequest("identity_key must be a valid 32-byte Ed25519 public key that is not of small order.")
+		}
+		p.IdentityKey = *req.IdentityKey
+	}
+	if req.Push != nil {
+		t, err := s.pushTarget(r.Context(), *req.Push)
+		if err != nil {
+			return err
+		}
+		p.Push = &t
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	d, err := s.store.Register(ctx, p)
+	if err != nil {
+		return err
+	}
+	writeBody(w, r, http.StatusOK, registerResponse{Household: d.Household, Device: d.Name, Cursor: d.Cursor})
+	return nil
+}
+
+// pushTarget validates a register request's push target. The address field
+// is "endpoint" for every kind; "token" is accepted for APNs and FCM.
+func (s *Server) pushTarget(ctx context.Context, p pushRequest) (store.PushTarget, error) {
+	addr := p.Endpoint
+	if addr == "" {
+		addr = p.Token
+	}
+	switch p.Kind {
+	case store.PushNone:
+		return store.PushTarget{Kind: store.PushNone}, nil
+	case store.PushUnifiedPush:
+		u, err := url.Parse(addr)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || len(addr) > 2048 {
+			return store.PushTarget{}, badRequest("push.endpoint must be an http or https URL without credentials.")
+		}
+		if s.check != nil {
+			if err := s.check(ctx, addr); err != nil {
+				return store.PushTarget{}, &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Message: "push.endpoint is not allowed: it must resolve to a public address.", Cause: err}
+			}
+		}
+	case store.PushAPNs:
+		if len(addr) < 32 || len(addr) > 200 || len(addr)%2 != 0 || strings.Trim(strings.ToLower(addr), "0123456789abcdef") != "" {
+			return store.PushTarget{}, badRequest("push.endpoint must be a hex APNs device token.")
+		}
+		addr = strings.ToLower(addr)
+	case store.PushFCM:
+		if addr == "" || len(addr) > 4096 || strings.ContainsAny(addr, " \t\r\n") {
+			return store.PushTarget{}, badRequest("push.endpoint must be an FCM registration token.")
+		}
+	default:
+		return store.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, apns, fcm.")
+	}
+	return store.PushTarget{Kind: p.Kind, Address: addr}, nil
+}
+
+type sendRequest struct {
+	ID      string   `json:"id" msgpack:"id"`
+	To      []string `json:"to" msgpack:"to"`
+	Payload []byte   `json:"payload" msgpack:"payload"`
+}
+
+type deliveryJSON struct {
+	Device string `json:"device" msgpack:"device"`
+	Seq    int64  `json:"seq" msgpack:"seq"`
+}
+
+type sendResponse struct {
+	ID         string         `json:"id" msgpack:"id"`
+	Deliveries []deliveryJSON `json:"deliveries" msgpack:"deliveries"`
+}
+
+// sendBodyLimit is the largest send body: the payload in base64 plus room
+// for the id, every recipient's name and JSON punctuation.
+func (s *Server) sendBodyLimit() int64 {
+	return int64(base64.StdEncoding.EncodedLen(s.cfg.MaxEnvelopeBytes)) + int64(s.cfg.MaxRecipients)*80 + 4096
+}
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+	body, err := s.readBody(w, r, s.sendBodyLimit())
+	if err != nil {
+		return err
+	}
+	var req sendRequest
+	if err := decodeRequest(r, body, &req); err != nil {
+		return err
+	}
+	to, err := s.validateSend(&req)
+	if err != nil {
+		return err
+	}
+	release, err := s.admit()
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	res, err := s.store.Send(ctx, store.SendParams{
+		Household: c.Household, Sender: c.Device, ID: req.ID, To: to, Payload: req.Payload, Now: s.now(),
+		MaxPendingEnvelopes: s.cfg.MaxPendingEnvelopes, MaxPendingBytes: s.cfg.MaxPendingBytes,
+	})
+	if err != nil {
+		return err
+	}
+	if !res.Repeat {
+		s.afterCommit(r.Context(), c.Household, res.Deliveries)
+	}
+	out := sendResponse{ID: res.ID, Deliveries: make([]deliveryJSON, len(res.Deliveries))}
+	for i, d := range res.Deliveries {
+		out.Deliveries[i] = deliveryJSON{Device: d.Device, Seq: d.Seq}
+	}
+	writeBody(w, r, http.StatusAccepted, out)
+	return nil
+}
+
+// validateSend checks a send against SPEC.md and returns its recipients
+// sorted and without repeats, the order the store locks them in.
+func (s *Server) validateSend(req *sendRequest) ([]string, error) {
+	if len(req.ID) < 1 || len(req.ID) > 128 {
+		return nil, badRequest("id must be 1 to 128 printable ASCII characters.")
+	}
+	for i := 0; i < len(req.ID); i++ {
+		if req.ID[i] < 0x20 || req.ID[i] > 0x7e {
+			return nil, badRequest("id must be 1 to 128 printable ASCII characters.")
+		}
+	}
+	if len(req.Payload) == 0 {
+		return nil, badRequest("payload must hold at least one byte.")
+	}
+	if len(req.Payload) > s.cfg.MaxEnvelopeBytes {
+		return nil, errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "payload is larger than %d bytes.", s.cfg.MaxEnvelopeBytes)
+	}
+	for _, d := range req.To {
+		if !validName(d) {
+			return nil, badRequest("Every recipient in to must be 1 to 64 characters of A-Z a-z 0-9 . _ -.")
+		}
+	}
+	to := slices.Clone(req.To)
+	slices.Sort(to)
+	to = slices.Compact(to)
+	if len(to) < 1 || len(to) > s.cfg.MaxRecipients {
+		return nil, badRequest("to must name 1 to %d devices.", s.cfg.MaxRecipients)
+	}
+	return to, nil
+}
+
+// admit passes a send through the in-flight limit and the token bucket.
+func (s *Server) admit() (release func(), err error) {
+	select {
+	case s.inflight <- struct{}{}:
+	default:
+		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends in flight; try again.")
+	}
+	if !s.limiter.Allow() {
+		<-s.inflight
+		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends; try again.")
+	}
+	return func() { <-s.inflight }, nil
+}
+
+// afterCommit wakes each recipient's held poll and queues a push for each
+// recipient with a push target and no poll held here. It runs only after
+// the store committed, and never fails the send: the store is the source of
+// truth and a late wake-up only delays a delivery.
+func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery) {
+	keys := make([]wake.Key, len(ds))
+	for i, d := range ds {
+		keys[i] = wake.Key{Household: household, Device: d.Device}
+	}
+	// The send is committed: its client hanging up now must not stop the
+	// wake-up, but a stuck hub must not hold the answer for long either.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.hub.Signal(sctx, keys); err != nil {
+		s.log.Warn("wake-up signal failed; held polls fall back to their own timeout", "err", err)
+	}
+	if s.push == nil {
+		return
+	}
+	for i, d := range ds {
+		if !d.Push.Empty() && !s.hub.Held(keys[i]) {
+			s.push.Enqueue(household, d.Device, d.Push)
+		}
+	}
+}
+
+type ackRequest struct {
+	Cursor *int64 `json:"cursor" msgpack:"cursor"`
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+	body, err := s.readBody(w, r, 4<<10)
+	if err != nil {
+		return err
+	}
+	var req ackRequest
+	if err := decodeRequest(r, body, &req); err != nil {
+		return err
+	}
+	if req.Cursor == nil || *req.Cursor < 0 {
+		return badRequest("cursor must be a whole number from 0 to 2^63-1.")
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	if _, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: *req.Cursor, Now: s.now()}); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type deviceJSON struct {
+	Device       string `json:"device" msgpack:"device"`
+	IdentityKey  []byte `json:"identity_key" msgpack:"identity_key"`
+	X25519Key    []byte `json:"x25519_key" msgpack:"x25519_key"`
+	RegisteredAt string `json:"registered_at" msgpack:"registered_at"`
+	LastSeen     string `json:"last_seen" msgpack:"last_seen"`
+}
+
+type devicesResponse struct {
+	Devices []deviceJSON `json:"devices" msgpack:"devices"`
+	Next    string       `json:"next,omitempty" msgpack:"next,omitempty"`
+}
+
+func (s *Server) devices(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+	q, err := parseQuery(r)
+	if err != nil {
+		return err
+	}
+	limit, err := q.int("limit", 100, 1, 1000)
+	if err != nil {
+		return err
+	}
+	after := q.get("after")
+	if after != "" && !validName(after) {
+		return badRequest("after must be a device name.")
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	ds, err := s.store.Devices(ctx, store.ListParams{Household: c.Household, After: after, Limit: int(limit) + 1})
+	if err != nil {
+		return err
+	}
+	out := devicesResponse{Devices: make([]deviceJSON, 0, min(len(ds), int(limit)))}
+	if len(ds) > int(limit) {
+		ds = ds[:limit]
+		out.Next = ds[len(ds)-1].Name
+	}
+	for _, d := range ds {
+		j := deviceJSON{Device: d.Name, RegisteredAt: timestamp(d.RegisteredAt), LastSeen: timestamp(d.LastSeen)}
+		if len(d.IdentityKey) > 0 {
+			j.IdentityKey = d.IdentityKey
+			j.X25519Key, _ = edkey.Montgomery(d.IdentityKey)
+		}
+		out.Devices = append(out.Devices, j)
+	}
+	writeBody(w, r, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+	if c.Scope != token.ScopeAdmin {
+		return errorf(http.StatusForbidden, codeForbidden, "Only an admin token may remove devices.")
+	}
+	device := chi.URLParam(r, "device")
+	if !validName(device) {
+		return badRequest("The device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	if err := s.store.DeleteDevice(ctx, c.Household, device, s.now()); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// timestamp is the wire form of a time: RFC 3339 in UTC with microseconds.
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z")
+}
+
+// query reads URL parameters strictly: a parameter given twice is a 400.
+type query struct{ v url.Values }
+
+func parseQuery(r *http.Request) (query, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return query{}, badRequest("The query string is not valid.")
+	}
+	for k, vs := range v {
+		if len(vs) > 1 {
+			return query{}, badRequest("Parameter %s is given more than once.", k)
+		}
+	}
+	return query{v}, nil
+}
+
+func (q query) get(name string) string { return q.v.Get(name) }
+
+// int reads a decimal parameter in [lo, hi]; absent means def.
+func (q query) int(name string, def, lo, hi int64) (int64, error) {
+	raw, ok := q.v[name]
+	if !ok {
+		return def, nil
+	}
+	s := raw[0]
+	bad := badRequest("%s must be a whole number from %d to %d.", name, lo, hi)
+	if s == "" || len(s) > 19 || strings.Trim(s, "0123456789") != "" {
+		return 0, bad
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, bad
+	}
+	return n, nil
+}

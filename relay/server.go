@@ -1,0 +1,192 @@
+// Package relay is the relay's HTTP API: routes, handlers, token checks, the
+// JSON and MessagePack codec, admission, the poll loop and the server's
+// lifecycle. It is the only package that knows the store, the wake hub and
+// the push queue; they know nothing of each other.
+package relay
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"golang.org/x/time/rate"
+
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/wake"
+)
+
+// Pusher queues a content-free push for a device that holds no poll here.
+// Enqueue must never block.
+type Pusher interface {
+	Enqueue(household, device string, target store.PushTarget) bool
+}
+
+// Deps are the relay's collaborators, built and owned by the caller.
+type Deps struct {
+	Store  store.Store
+	Hub    wake.Hub
+	Push   Pusher // nil: no pushes
+	Logger *slog.Logger
+	// CheckEndpoint vets a UnifiedPush endpoint at registration; nil
+	// accepts any http(s) URL.
+	CheckEndpoint func(ctx context.Context, rawURL string) error
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server serves the API for one relay process.
+type Server struct {
+	cfg   Config
+	keys  []ed25519.PublicKey
+	store store.Store
+	hub   wake.Hub
+	push  Pusher
+	log   *slog.Logger
+	now   func() time.Time
+	check func(ctx context.Context, rawURL string) error
+
+	handler  http.Handler
+	draining atomic.Bool
+	held     atomic.Int64 // polls currently held (waiting)
+	inflight chan struct{}
+	limiter  *rate.Limiter
+
+	// afterFirstRead, when set by a test, runs after a poll's first read
+	// found nothing and before it waits: the window a lost wake-up would
+	// fall into.
+	afterFirstRead func(k wake.Key)
+
+	mu   sync.Mutex
+	http *http.Server
+	done chan struct{}
+}
+
+// New builds a server. cfg.IssuerKeys must hold at least one key.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if len(cfg.IssuerKeys) == 0 {
+		return nil, errors.New("relay: no issuer key to trust")
+	}
+	if deps.Store == nil || deps.Hub == nil {
+		return nil, errors.New("relay: a store and a wake hub are required")
+	}
+	s := &Server{
+		cfg:      cfg,
+		keys:     cfg.IssuerKeys,
+		store:    deps.Store,
+		hub:      deps.Hub,
+		push:     deps.Push,
+		log:      deps.Logger,
+		now:      deps.Now,
+		check:    deps.CheckEndpoint,
+		inflight: make(chan struct{}, cfg.SendInflight),
+		limiter:  rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
+		done:     make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the API's http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// HeldPolls is how many polls are waiting right now.
+func (s *Server) HeldPolls() int64 { return s.held.Load() }
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Get("/live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	r.Get("/ready", s.ready)
+	r.Route("/v1", func(r chi.Router) {
+		r.Post("/register", s.authed(s.register))
+		r.Post("/send", s.authed(s.send))
+		r.Get("/poll", s.authed(s.poll))
+		r.Post("/ack", s.authed(s.ack))
+		r.Get("/devices", s.authed(s.devices))
+		r.Delete("/devices/{device}", s.authed(s.deleteDevice))
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "No such endpoint."))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errorf(http.StatusMethodNotAllowed, codeBadRequest, "Method not allowed on this endpoint."))
+	})
+	return r
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.writeError(w, r, errDraining)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// Serve serves on ln until Shutdown. It returns nil after a clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// No WriteTimeout: it would cut held polls. Polls end by their own
+		// deadline; request bodies get a read deadline in the handlers.
+	}
+	s.mu.Lock()
+	s.http = srv
+	s.mu.Unlock()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-s.done
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains: new polls get 503, held polls answer at once, sends in
+// flight finish; connections still open when ctx ends are closed. It does
+// not close the store, hub or push queue, which the caller owns.
+func (s *Server) Shutdown(ctx context.Context) error {
+	defer close(s.done)
+	s.draining.Store(true)
+	// Held polls never end on their own within the grace period, so the
+	// hub is drained first and every waiter answers "come back".
+	if err := s.hub.Close(); err != nil {
+		s.log.Warn("closing wake hub", "err", err)
+	}
+	s.mu.Lock()
+	srv := s.http
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		closeErr := srv.Close()
+		return fmt.Errorf("relay: shutdown did not finish in time: %w", errors.Join(err, closeErr))
+	}
+	return nil
+}

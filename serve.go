@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/flamenet/relay/relay"
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/wake/local"
+)
+
+// config parses the serve flags and FN_* environment into a relay.Config.
+func config(name string, args []string, getenv func(string) string, stderr io.Writer) (relay.Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	build := relay.BindFlags(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return relay.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return relay.Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return build()
+}
+
+func newLogger(cfg relay.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config("serve", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+
+	var minted ed25519.PrivateKey
+	if len(cfg.IssuerKeys) == 0 {
+		key, created, err := loadOrCreateIssuerKey(cfg.IssuerKeyFile)
+		if err != nil {
+			return fmt.Errorf("FN_ISSUER_KEY_FILE: %w", err)
+		}
+		if created {
+			log.Info("created an issuer key", "file", cfg.IssuerKeyFile)
+		}
+		cfg.IssuerKeys = []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
+		minted = key
+	}
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	hub := local.New()
+
+	srv, err := relay.New(cfg, relay.Deps{Store: st, Hub: hub, Logger: log.With("component", "api")})
+	if err != nil {
+		return err
+	}
+	// Listen first, so a bind error returns at once and the address is
+	// known before anything is served.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("FN_LISTEN: %w", err)
+	}
+	addr := ln.Addr().String()
+	log.Info("serving", "addr", "http://"+addr, "store", storeKind(cfg.DatabaseURL))
+	if minted != nil {
+		printWelcome(stdout, addr, cfg.IssuerKeyFile)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	shutdownErr := srv.Shutdown(sctx)
+	if err := <-errc; err != nil {
+		return err
+	}
+	if shutdownErr != nil {
+		log.Warn("shutdown grace ran out; closed remaining connections", "err", shutdownErr)
+	}
+	if err := st.Close(); err != nil {
+		return fmt.Errorf("closing store: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func storeKind(url string) string {
+	if strings.HasPrefix(url, "sqlite:") {
+		return "sqlite"
+	}
+	return "postgres"
+}
+
+// openStore opens the backend FN_DATABASE_URL names.
+func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.Store, error) {
+	if path, ok := strings.CutPrefix(cfg.DatabaseURL, "sqlite:"); ok {
+		db, err := sqlite.Open(ctx, sqlite.Config{Path: path, Synchronous: cfg.SQLiteSynchronous, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
+		}
+		return db, nil
+	}
+	return nil, errors.New("FN_DATABASE_URL: postgres is not available in this build")
+}
+
+func printWelcome(w io.Writer, addr, keyFile string) {
+	fmt.Fprintf(w, `
+The relay trusts the issuer key in %s.
+Mint a device token:
+
+  go run . token -household home -device phone
+
+Then, from another terminal:
+
+  TOKEN=$(go run . token -household home -device phone)
+  curl -s -X POST -H "Authorization: Bearer $TOKEN" http://%s/v1/register
+
+`, keyFile, addr)
+}
