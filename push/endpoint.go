@@ -1,0 +1,257 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Resolver looks up a host's addresses; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+const (
+	maxEndpointLen = 2048
+	maxTokenLen    = 4096
+)
+
+// CheckTarget is the register-time check of a push target: a known kind,
+// a well-formed address, and for UnifiedPush an endpoint that passes
+// CheckEndpoint. Kind "none" (or empty) with no address is valid.
+func CheckTarget(ctx context.Context, t Target, allowPrivate bool) error {
+	switch t.Kind {
+	case "", KindNone:
+		if t.Address != "" {
+			return fmt.Errorf("%w: kind %q takes no address", ErrInvalidTarget, t.Kind)
+		}
+		return nil
+	case KindUnifiedPush:
+		return CheckEndpoint(ctx, t.Address, allowPrivate)
+	case KindAPNs:
+		return checkAPNsToken(t.Address)
+	case KindFCM:
+		return checkFCMToken(t.Address)
+	default:
+		return fmt.Errorf("%w: unknown kind %q", ErrInvalidTarget, t.Kind)
+	}
+}
+
+// CheckEndpoint is the register-time check of a UnifiedPush endpoint: an
+// http or https URL with a host and no userinfo, whose host (unless
+// allowPrivate) resolves only to public addresses. The same address rule
+// is applied again at send time to the address actually dialled, so a DNS
+// answer that changes later cannot reach an internal service.
+func CheckEndpoint(ctx context.Context, rawURL string, allowPrivate bool) error {
+	return checkEndpoint(ctx, rawURL, allowPrivate, net.DefaultResolver)
+}
+
+func checkEndpoint(ctx context.Context, rawURL string, allowPrivate bool, r Resolver) error {
+	u, err := parseEndpoint(rawURL)
+	if err != nil {
+		return err
+	}
+	if allowPrivate {
+		return nil
+	}
+	_, err = resolveAllowed(ctx, r, u.Hostname())
+	return err
+}
+
+func parseEndpoint(rawURL string) (*url.URL, error) {
+	if len(rawURL) > maxEndpointLen {
+		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalidEndpoint, maxEndpointLen)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%w: scheme %q is not http or https", ErrInvalidEndpoint, u.Scheme)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%w: userinfo is not allowed", ErrInvalidEndpoint)
+	}
+	if u.Opaque != "" || u.Hostname() == "" {
+		return nil, fmt.Errorf("%w: no host", ErrInvalidEndpoint)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%w: bad port %q", ErrInvalidEndpoint, p)
+		}
+	}
+	return u, nil
+}
+
+// resolveAllowed resolves host (or parses it as an address) and refuses the
+// lot if any address is not allowed: a mixed answer is someone's trick.
+func resolveAllowed(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		addrs, err = r.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("%w: resolve %q: %w", ErrInvalidEndpoint, host, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("%w: %q has no address", ErrInvalidEndpoint, host)
+		}
+	}
+	for _, a := range addrs {
+		if !publicAddr(a) {
+			return nil, fmt.Errorf("%w: %s", ErrForbiddenAddress, a)
+		}
+	}
+	return addrs, nil
+}
+
+// Ranges that are neither covered by netip's predicates nor public.
+var internalPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network": 0.0.0.0 reaches the local host
+	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space (carrier-grade NAT)
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and broadcast
+	netip.MustParsePrefix("100::/64"),       // discard-only
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("fec0::/10"),      // deprecated site-local
+}
+
+// Prefixes of IPv6 forms that carry an IPv4 address a router would reach.
+var (
+	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour   = netip.MustParsePrefix("2002::/16")
+	compatV4    = netip.MustParsePrefix("::/96")
+)
+
+// publicAddr reports whether a push may connect to a: not loopback,
+// private, link-local, unspecified, multicast or otherwise internal,
+// also when a is an IPv6 form wrapping such an IPv4 address.
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	if !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsUnspecified() ||
+		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast() {
+		return false
+	}
+	for _, p := range internalPrefixes {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64Prefix.Contains(a), compatV4.Contains(a):
+			return publicAddr(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixToFour.Contains(a):
+			return publicAddr(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
+	return true
+}
+
+// guardedDialer connects only to allowed addresses. It resolves the host
+// itself and checks every address, and its net.Dialer checks again, in
+// Control, the address the socket is about to connect to: that is the
+// check no DNS answer or redirect can get around.
+type guardedDialer struct {
+	resolver     Resolver
+	allowPrivate bool
+	dialer       net.Dialer
+	// afterCheck, when set (tests only), sees each address that passed
+	// the check just before connect and may refuse it.
+	afterCheck func(netip.AddrPort) error
+}
+
+func newGuardedDialer(r Resolver, allowPrivate bool) *guardedDialer {
+	if r == nil {
+		r = net.DefaultResolver
+	}
+	d := &guardedDialer{resolver: r, allowPrivate: allowPrivate}
+	d.dialer = net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, Control: d.control}
+	return d
+}
+
+// control runs after the socket is made and before it connects.
+func (d *guardedDialer) control(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: unparsable %q", ErrForbiddenAddress, address)
+	}
+	if !d.allowPrivate && !publicAddr(ap.Addr()) {
+		return fmt.Errorf("%w: %s", ErrForbiddenAddress, ap.Addr())
+	}
+	if d.afterCheck != nil {
+		return d.afterCheck(ap)
+	}
+	return nil
+}
+
+func (d *guardedDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad port %q", ErrInvalidEndpoint, portStr)
+	}
+	var addrs []netip.Addr
+	if d.allowPrivate {
+		if a, perr := netip.ParseAddr(host); perr == nil {
+			addrs = []netip.Addr{a}
+		} else if addrs, err = d.resolver.LookupNetIP(ctx, "ip", host); err != nil {
+			return nil, fmt.Errorf("%w: resolve %q: %w", ErrInvalidEndpoint, host, err)
+		}
+	} else if addrs, err = resolveAllowed(ctx, d.resolver, host); err != nil {
+		return nil, err
+	}
+	var firstErr error
+	for _, a := range addrs {
+		c, err := d.dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("%w: %q has no address", ErrInvalidEndpoint, host)
+	}
+	return nil, firstErr
+}
+
+func checkAPNsToken(tok string) error {
+	if tok == "" || len(tok) > 200 || len(tok)%2 != 0 {
+		return fmt.Errorf("%w: an APNs device token is an even number of hex digits, at most 200", ErrInvalidTarget)
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return fmt.Errorf("%w: an APNs device token is hex", ErrInvalidTarget)
+		}
+	}
+	return nil
+}
+
+func checkFCMToken(tok string) error {
+	if tok == "" || len(tok) > maxTokenLen {
+		return fmt.Errorf("%w: an FCM registration token is 1 to %d bytes", ErrInvalidTarget, maxTokenLen)
+	}
+	if strings.IndexFunc(tok, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+		return fmt.Errorf("%w: an FCM registration token is printable ASCII", ErrInvalidTarget)
+	}
+	return nil
+}

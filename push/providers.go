@@ -1,0 +1,30 @@
+package push
+
+// newProviders builds the enabled providers: UnifiedPush always, APNs when
+// a key file is set, FCM when a credentials file is set.
+func newProviders(cfg Config) (map[string]Provider, error) {
+	ps := map[string]Provider{KindUnifiedPush: newUnifiedPush(cfg)}
+	if cfg.APNs.KeyFile != "" {
+		a, err := newAPNs(cfg.APNs)
+		if err != nil {
+			closeProviders(ps)
+			return nil, err
+		}
+		ps[KindAPNs] = a
+	}
+	if cfg.FCM.CredentialsFile != "" {
+		f, err := newFCM(cfg.FCM)
+		if err != nil {
+			closeProviders(ps)
+			return nil, err
+		}
+		ps[KindFCM] = f
+	}
+	return ps, nil
+}
+
+func closeProviders(ps map[string]Provider) {
+	for _, p := range ps {
+		p.Close()
+	}
+}
