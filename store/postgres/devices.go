@@ -1,0 +1,143 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/store"
+)
+
+const deviceColumns = `household, name, identity_key, push_kind, push_address,
+    cursor, head, registered_at, last_seen`
+
+func scanDevice(row pgx.CollectableRow) (store.Device, error) {
+	var d store.Device
+	err := row.Scan(&d.Household, &d.Name, &d.IdentityKey, &d.Push.Kind, &d.Push.Address,
+		&d.Cursor, &d.Head, &d.RegisteredAt, &d.LastSeen)
+	d.RegisteredAt = d.RegisteredAt.UTC()
+	d.LastSeen = d.LastSeen.UTC()
+	return d, err
+}
+
+// sqlRegister creates the device or updates only what the call names: a
+// NULL argument keeps the stored value.
+const sqlRegister = `
+INSERT INTO devices AS d (household, name, identity_key, push_kind, push_address, registered_at, last_seen)
+VALUES ($1, $2, $3, coalesce($4, ''), coalesce($5, ''), $6, $6)
+ON CONFLICT (household, name) DO UPDATE SET
+    identity_key = coalesce($3, d.identity_key),
+    push_kind    = coalesce($4, d.push_kind),
+    push_address = coalesce($5, d.push_address),
+    last_seen    = GREATEST(d.last_seen, $6)
+RETURNING ` + deviceColumns
+
+// Register creates the device or updates its push target and identity key.
+func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
+	var key, kind, addr any // nil: keep the stored value
+	if len(p.IdentityKey) > 0 {
+		key = p.IdentityKey
+	}
+	if p.Push != nil {
+		kind, addr = p.Push.Kind, p.Push.Address
+	}
+	rows, err := db.pool.Query(ctx, sqlRegister, p.Household, p.Device, key, kind, addr, micro(p.Now))
+	if err != nil {
+		return store.Device{}, classify("register", err)
+	}
+	d, err := pgx.CollectExactlyOneRow(rows, scanDevice)
+	if err != nil {
+		return store.Device{}, classify("register", err)
+	}
+	return d, nil
+}
+
+const sqlDevices = `
+SELECT ` + deviceColumns + ` FROM devices
+WHERE household = $1 AND name > $2
+ORDER BY name
+LIMIT $3`
+
+// Devices lists a household's devices by name, after p.After.
+func (db *DB) Devices(ctx context.Context, p store.ListParams) ([]store.Device, error) {
+	var limit any // NULL: no limit
+	if p.Limit > 0 {
+		limit = p.Limit
+	}
+	rows, err := db.pool.Query(ctx, sqlDevices, p.Household, p.After, limit)
+	if err != nil {
+		return nil, classify("devices", err)
+	}
+	ds, err := pgx.CollectRows(rows, scanDevice)
+	if err != nil {
+		return nil, classify("devices", err)
+	}
+	return ds, nil
+}
+
+const (
+	// sqlDeleteDevice takes the device's row first: a send that locked it
+	// commits before, and a later send finds no device.
+	sqlDeleteDevice = `DELETE FROM devices WHERE household = $1 AND name = $2`
+	// sqlDeleteDeviceEnvelopes runs after sqlDeleteDevice, as a statement
+	// of its own, so that it sees the envelopes of a send that committed
+	// while the delete waited for the row.
+	sqlDeleteDeviceEnvelopes = `DELETE FROM envelopes WHERE household = $1 AND device = $2`
+	sqlRecordRemoval         = `
+INSERT INTO removals AS r (household, device, removed_at) VALUES ($1, $2, $3)
+ON CONFLICT (household, device) DO UPDATE SET removed_at = GREATEST(r.removed_at, $3)`
+)
+
+// DeleteDevice removes a device with its envelopes and records when.
+func (db *DB) DeleteDevice(ctx context.Context, household, device string, at time.Time) error {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return classify("delete device", err)
+	}
+	defer rollback(ctx, tx)
+	tag, err := tx.Exec(ctx, sqlDeleteDevice, household, device)
+	if err != nil {
+		return classify("delete device", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: delete device %q: %w", device, store.ErrNotFound)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlDeleteDeviceEnvelopes, household, device)
+	b.Queue(sqlRecordRemoval, household, device, micro(at))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return classify("delete device", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return classify("delete device: commit", err)
+	}
+	return nil
+}
+
+// RemovedAt reports the device's last removal, or the zero time.
+func (db *DB) RemovedAt(ctx context.Context, household, device string) (time.Time, error) {
+	var at time.Time
+	err := db.pool.QueryRow(ctx,
+		`SELECT removed_at FROM removals WHERE household = $1 AND device = $2`,
+		household, device).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, classify("removed at", err)
+	}
+	return at.UTC(), nil
+}
+
+// ClearPush clears the push target if it is still target, so that a
+// provider's late "gone" cannot wipe a target registered since.
+func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {
+	_, err := db.pool.Exec(ctx, `
+UPDATE devices SET push_kind = '', push_address = ''
+WHERE household = $1 AND name = $2 AND push_kind = $3 AND push_address = $4`,
+		household, device, target.Kind, target.Address)
+	return classify("clear push", err)
+}

@@ -1,0 +1,162 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/store"
+)
+
+// lastSeenEvery is how stale last_seen may get before an ack that moves
+// nothing writes it anyway: a poll every few seconds must not cost a write.
+const lastSeenEvery = time.Minute
+
+// sqlSizes is a poll's first read: seqs and sizes only, from the primary
+// key's index (which includes size), one more row than the limit so that
+// "more" needs no second query.
+const sqlSizes = `
+SELECT seq, size FROM envelopes
+WHERE household = $1 AND device = $2 AND seq > $3
+ORDER BY seq
+LIMIT $4`
+
+// sqlPayloads loads the rows the budget admitted: a range of the same index.
+const sqlPayloads = `
+SELECT seq, send_id, sender, sent_at, payload FROM envelopes
+WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4
+ORDER BY seq`
+
+// Fetch reads ids and sizes above p.After, picks the prefix inside the
+// budget (always at least one row), then loads only those payloads.
+func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, error) {
+	var limit any // NULL: no limit
+	if p.Limit > 0 {
+		limit = int64(p.Limit) + 1
+	}
+	rows, err := db.pool.Query(ctx, sqlSizes, p.Household, p.Device, p.After, limit)
+	if err != nil {
+		return store.Batch{}, classify("fetch: sizes", err)
+	}
+	type sized struct{ seq, size int64 }
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sized, error) {
+		var s sized
+		err := row.Scan(&s.seq, &s.size)
+		return s, err
+	})
+	if err != nil {
+		return store.Batch{}, classify("fetch: sizes", err)
+	}
+
+	n, total := 0, int64(0)
+	for _, s := range list {
+		if p.Limit > 0 && n == p.Limit {
+			break
+		}
+		if n > 0 && p.Budget > 0 && total+s.size > p.Budget {
+			break
+		}
+		n++
+		total += s.size
+	}
+	batch := store.Batch{More: n < len(list)}
+	if n == 0 {
+		return batch, nil
+	}
+
+	// Rows inside the range cannot appear later (seqs are given in commit
+	// order); a concurrent ack may delete some, and they are simply absent.
+	rows, err = db.pool.Query(ctx, sqlPayloads, p.Household, p.Device, p.After, list[n-1].seq)
+	if err != nil {
+		return store.Batch{}, classify("fetch: payloads", err)
+	}
+	batch.Envelopes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Envelope, error) {
+		var e store.Envelope
+		err := row.Scan(&e.Seq, &e.ID, &e.From, &e.SentAt, &e.Payload)
+		e.SentAt = e.SentAt.UTC()
+		return e, err
+	})
+	if err != nil {
+		return store.Batch{}, classify("fetch: payloads", err)
+	}
+	return batch, nil
+}
+
+const sqlPosition = `
+SELECT cursor, head, last_seen FROM devices
+WHERE household = $1 AND name = $2`
+
+const sqlCreateDevice = `
+INSERT INTO devices (household, name, registered_at, last_seen)
+VALUES ($1, $2, $3, $3)
+ON CONFLICT (household, name) DO NOTHING`
+
+// sqlMoveCursor locks the device row first: whoever deletes a device's
+// envelopes holds its row, so envelope deletions never wait on each other
+// in different orders (see docs/FANOUT.md).
+const sqlMoveCursor = `
+UPDATE devices
+SET cursor = GREATEST(cursor, $3), last_seen = GREATEST(last_seen, $4)
+WHERE household = $1 AND name = $2
+RETURNING cursor, head`
+
+// sqlDeleteAcked deletes the newly acknowledged range and takes it off the
+// pending counters. Rows below the old cursor went when it moved there.
+const sqlDeleteAcked = `
+WITH gone AS (
+    DELETE FROM envelopes
+    WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4
+    RETURNING size
+)
+UPDATE devices
+SET pending_count = pending_count - (SELECT count(*) FROM gone),
+    pending_bytes = pending_bytes - (SELECT coalesce(sum(size), 0) FROM gone)
+WHERE household = $1 AND name = $2`
+
+// Ack moves the cursor up to p.Cursor and deletes what it covers. It reads
+// first and writes only when the cursor moves, the device is new, or
+// last_seen is over a minute old, so that polls that move nothing stay
+// reads.
+func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error) {
+	now := micro(p.Now)
+	var (
+		pos      store.Position
+		lastSeen time.Time
+	)
+	err := db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device).Scan(&pos.Cursor, &pos.Head, &lastSeen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if _, err := db.pool.Exec(ctx, sqlCreateDevice, p.Household, p.Device, now); err != nil {
+			return store.Position{}, classify("ack: create device", err)
+		}
+		// Read again: a concurrent register may have won, with its own row.
+		err = db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device).Scan(&pos.Cursor, &pos.Head, &lastSeen)
+	}
+	if err != nil {
+		return store.Position{}, classify("ack: read", err)
+	}
+	// head only grows, so a cursor within this head stays within it.
+	if p.Cursor > pos.Head {
+		return pos, fmt.Errorf("postgres: ack: %w", &store.CursorAheadError{Head: pos.Head})
+	}
+	moves := p.Cursor > pos.Cursor
+	if !moves && now.Sub(lastSeen) < lastSeenEvery {
+		return pos, nil
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(sqlMoveCursor, p.Household, p.Device, max(p.Cursor, 0), now).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pos.Cursor, &pos.Head)
+	})
+	if moves {
+		b.Queue(sqlDeleteAcked, p.Household, p.Device, pos.Cursor, p.Cursor)
+	}
+	// A batch without BEGIN runs as one implicit transaction: the cursor
+	// and the deletion commit together or not at all.
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		return store.Position{}, classify("ack: write", err)
+	}
+	return pos, nil
+}

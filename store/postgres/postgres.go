@@ -1,0 +1,140 @@
+// Package postgres is the relay's store on PostgreSQL (jackc/pgx v5,
+// pgxpool), for fleets of relays sharing one database. docs/FANOUT.md
+// explains how a send locks and how a poll reads.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flamenet/relay/store"
+)
+
+var _ store.Store = (*DB)(nil)
+
+// PingTimeout bounds Ping when its ctx allows longer: a readiness probe must
+// not wait on a database that accepted the connection and went silent.
+const PingTimeout = time.Second
+
+// cancelGrace is how long a query whose ctx ended waits for the server to
+// confirm the cancel request before the connection is cut. Sending the
+// cancel request matters: a backend waiting on a row lock would otherwise
+// keep waiting, and keep the locks it already holds, after we gave up.
+const cancelGrace = 250 * time.Millisecond
+
+// idleInTxTimeout ends a session that sits in an open transaction, so a
+// relay that freezes mid-send cannot hold its recipients' rows for long.
+const idleInTxTimeout = "30s"
+
+// Config says where the database is and how many connections to use.
+type Config struct {
+	// URL is a libpq-style URL or DSN. A search_path parameter in it is
+	// passed to the server like any other runtime parameter.
+	URL string
+	// MaxConns caps the pool; zero keeps pgxpool's default.
+	MaxConns int32
+	// Schema, when set, is created if missing, becomes every connection's
+	// search_path and holds the relay's tables.
+	Schema string
+	Logger *slog.Logger
+}
+
+// DB is a store.Store on a Postgres connection pool.
+type DB struct {
+	pool *pgxpool.Pool
+	// probe is the configuration Ping connects with, outside the pool.
+	probe *pgx.ConnConfig
+	log   *slog.Logger
+}
+
+// Open connects, applies pending migrations under an advisory lock, and
+// returns a ready store.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log = log.With("component", "store_postgres")
+
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// The message of a parse error may quote the URL, password and all.
+		return nil, errors.New("postgres: cannot parse the database URL")
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	params := pc.ConnConfig.RuntimeParams
+	if cfg.Schema != "" {
+		params["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	}
+	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
+		params["idle_in_transaction_session_timeout"] = idleInTxTimeout
+	}
+	probe := pc.ConnConfig.Copy()
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+	}
+
+	mc, err := pgx.ConnectConfig(ctx, pc.ConnConfig.Copy())
+	if err != nil {
+		return nil, classify("connect", err)
+	}
+	err = migrate(ctx, mc, params["search_path"], cfg.Schema, log)
+	if cerr := mc.Close(ctx); err == nil && cerr != nil {
+		err = classify("close migration connection", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, classify("pool", err)
+	}
+	return &DB{pool: pool, probe: probe, log: log}, nil
+}
+
+// Close closes the pool's connections.
+func (db *DB) Close() error {
+	db.pool.Close()
+	return nil
+}
+
+// Ping checks the database on a connection of its own, so that a database
+// that accepts connections and then hangs cannot take the pool's.
+func (db *DB) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
+	defer cancel()
+	cc := db.probe.Copy()
+	cc.ConnectTimeout = PingTimeout
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return classify("ping", err)
+	}
+	defer conn.Close(ctx)
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return classify("ping", err)
+	}
+	return nil
+}
+
+// micro truncates t to what timestamptz keeps, in UTC, so a value read back
+// equals the one written.
+func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+// rollback ends tx after a failure, under the caller's ctx so that it
+// cannot hang either. Its own error adds nothing: pgx closes a connection
+// whose rollback failed, and the server rolls back when it goes.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	_ = tx.Rollback(ctx)
+}
