@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type config struct {
+	urls        []string // empty: boot a throwaway stack
+	issuerSeed  string   // base64 raw Ed25519 seed, for -url
+	pairs       int
+	rate        float64
+	duration    time.Duration
+	wait        int
+	payload     int
+	codec       string
+	herd        bool
+	drain       time.Duration
+	out         string
+	name        string
+	store       string
+	pg          string
+	replicas    int
+	redis       string
+	allowRemote bool
+	metricsURLs []string
+	relayBin    string
+	src         string
+	progress    time.Duration
+	late        time.Duration
+
+	// command is the invocation, secrets removed, for the report.
+	command []string
+}
+
+// envFor names the LOAD_* variable behind each flag; a flag given on the
+// command line wins over its variable.
+var envFor = map[string]string{
+	"url":          "LOAD_URL",
+	"issuer-key":   "LOAD_ISSUER_PRIVATE_KEY",
+	"pairs":        "LOAD_PAIRS",
+	"rate":         "LOAD_RATE",
+	"duration":     "LOAD_DURATION",
+	"wait":         "LOAD_WAIT",
+	"payload":      "LOAD_PAYLOAD",
+	"codec":        "LOAD_CODEC",
+	"herd":         "LOAD_HERD",
+	"drain":        "LOAD_DRAIN",
+	"out":          "LOAD_OUT",
+	"name":         "LOAD_NAME",
+	"store":        "LOAD_STORE",
+	"pg":           "LOAD_PG",
+	"replicas":     "LOAD_REPLICAS",
+	"redis":        "LOAD_REDIS",
+	"allow-remote": "LOAD_ALLOW_REMOTE",
+	"metrics-url":  "LOAD_METRICS_URL",
+	"relay-bin":    "LOAD_RELAY_BIN",
+	"src":          "LOAD_SRC",
+	"progress":     "LOAD_PROGRESS",
+}
+
+// secret flags never reach the report.
+var secret = map[string]bool{"issuer-key": true}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	var urls, metrics string
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&urls, "url", "", "target relay URL(s), comma-separated; empty boots a throwaway stack")
+	fs.StringVar(&c.issuerSeed, "issuer-key", "", "base64 raw Ed25519 seed the target trusts (needed with -url)")
+	fs.IntVar(&c.pairs, "pairs", 1000, "sender/recipient pairs; each recipient holds one poll")
+	fs.Float64Var(&c.rate, "rate", 100, "sends per second over all pairs")
+	fs.Var((*seconds)(&c.duration), "duration", "how long sends are offered (60s, or bare seconds)")
+	fs.IntVar(&c.wait, "wait", 20, "poll wait in seconds")
+	fs.IntVar(&c.payload, "payload", 256, "payload bytes per send")
+	fs.StringVar(&c.codec, "codec", "json", "json or msgpack")
+	fs.BoolVar(&c.herd, "herd", false, "start every recipient's first poll at the same instant")
+	fs.Var((*seconds)(&c.drain), "drain", "how long to wait for stragglers after the last send (default wait+10s)")
+	fs.StringVar(&c.out, "out", "", "write the JSON report here")
+	fs.StringVar(&c.name, "name", "", "scenario name in the report (default: -out's base name)")
+	fs.StringVar(&c.store, "store", "", "throwaway stack's store: sqlite or postgres (default sqlite; a label with -url)")
+	fs.StringVar(&c.pg, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server in which -store postgres creates its throwaway database")
+	fs.IntVar(&c.replicas, "replicas", 1, "relays in the throwaway stack; above 1 they wake each other through Redis")
+	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:6379", "Redis for -replicas above 1")
+	fs.BoolVar(&c.allowRemote, "allow-remote", false, "allow a -url that is not a loopback address")
+	fs.StringVar(&metrics, "metrics-url", "", "relay metrics URL(s), comma-separated, for CPU and memory of a relay this tool did not start")
+	fs.StringVar(&c.relayBin, "relay-bin", "", "use this relay binary instead of building one")
+	fs.StringVar(&c.src, "src", "", "relay checkout to build and to describe in the report (default: the module around the working directory)")
+	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
+	c.duration = 60 * time.Second
+	c.progress = 5 * time.Second
+	c.late = 10 * time.Millisecond
+	c.drain = -1
+
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: loadtest [flags]\n\nEach flag also reads its LOAD_* variable (the flag wins):")
+		fs.VisitAll(func(f *flag.Flag) {
+			fmt.Fprintf(fs.Output(), "  -%s (%s)\n    \t%s\n", f.Name, envFor[f.Name], f.Usage)
+		})
+	}
+
+	var envErr error
+	var fromEnv []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envFor[f.Name]
+		v := getenv(name)
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+		}
+		if !secret[f.Name] {
+			fromEnv = append(fromEnv, name+"="+v)
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c.urls = splitList(urls)
+	c.metricsURLs = splitList(metrics)
+	c.command = append(append(fromEnv, "loadtest"), redact(args)...)
+	if c.name == "" && c.out != "" {
+		c.name = strings.TrimSuffix(filepath.Base(c.out), ".json")
+	}
+	if c.drain < 0 {
+		c.drain = time.Duration(c.wait+10) * time.Second
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.pairs < 1 {
+		errs = append(errs, errors.New("-pairs must be at least 1"))
+	}
+	if c.rate <= 0 {
+		errs = append(errs, errors.New("-rate must be above 0"))
+	}
+	if c.duration <= 0 {
+		errs = append(errs, errors.New("-duration must be above 0"))
+	}
+	if c.wait < 0 {
+		errs = append(errs, errors.New("-wait must be 0 or more"))
+	}
+	if c.payload < 1 || c.payload > 65536 {
+		errs = append(errs, errors.New("-payload must be 1 to 65536 bytes"))
+	}
+	if c.codec != "json" && c.codec != "msgpack" {
+		errs = append(errs, fmt.Errorf("-codec %q: want json or msgpack", c.codec))
+	}
+	if c.progress <= 0 {
+		errs = append(errs, errors.New("-progress must be above 0"))
+	}
+	if len(c.urls) == 0 {
+		switch c.store {
+		case "":
+			c.store = "sqlite"
+		case "sqlite", "postgres":
+		default:
+			errs = append(errs, fmt.Errorf("-store %q: want sqlite or postgres", c.store))
+		}
+		if c.replicas < 1 {
+			errs = append(errs, errors.New("-replicas must be at least 1"))
+		}
+		if c.replicas > 1 && c.store == "sqlite" {
+			errs = append(errs, errors.New("-replicas above 1 needs -store postgres: one SQLite file is for one relay"))
+		}
+	} else {
+		if c.store == "" {
+			c.store = "external"
+		}
+		c.replicas = len(c.urls)
+		if c.issuerSeed == "" {
+			errs = append(errs, errors.New("-url needs -issuer-key (LOAD_ISSUER_PRIVATE_KEY)"))
+		} else if _, err := issuerKey(c.issuerSeed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkTargets refuses anything but loopback targets unless -allow-remote:
+// this tool must never be pointed at production by accident.
+func (c *config) checkTargets(ctx context.Context) error {
+	for _, raw := range append(append([]string{}, c.urls...), c.metricsURLs...) {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("target %q: want an http(s) URL", raw)
+		}
+		if c.allowRemote {
+			continue
+		}
+		if err := loopbackOnly(ctx, u.Hostname()); err != nil {
+			return fmt.Errorf("target %q: %w (pass -allow-remote if you mean it)", raw, err)
+		}
+	}
+	return nil
+}
+
+func loopbackOnly(ctx context.Context, host string) error {
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("%s is not a loopback address", host)
+		}
+		return nil
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", host, err)
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return fmt.Errorf("%s resolves to %s, which is not loopback", host, a.IP)
+		}
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("%s resolves to nothing", host)
+	}
+	return nil
+}
+
+// issuerKey reads a base64 raw Ed25519 seed (32 bytes); a 64-byte private
+// key is accepted too, since some tools print that.
+func issuerKey(s string) (ed25519.PrivateKey, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(strings.TrimSpace(s))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("issuer key: not base64: %w", err)
+	}
+	switch len(b) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(b), nil
+	case ed25519.PrivateKeySize:
+		return ed25519.NewKeyFromSeed(b[:ed25519.SeedSize]), nil
+	default:
+		return nil, fmt.Errorf("issuer key: %d bytes, want a 32-byte seed", len(b))
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, strings.TrimRight(p, "/"))
+		}
+	}
+	return out
+}
+
+// redact hides the values of secret flags in args.
+func redact(args []string) []string {
+	out := make([]string, 0, len(args))
+	hideNext := false
+	for _, a := range args {
+		if hideNext {
+			out = append(out, "<redacted>")
+			hideNext = false
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && secret[name] {
+			if hasValue {
+				out = append(out, a[:strings.Index(a, "=")+1]+"<redacted>")
+			} else {
+				out = append(out, a)
+				hideNext = true
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// seconds is a duration flag that also takes bare seconds ("60"), as the
+// original tool's LOAD_DURATION did.
+type seconds time.Duration
+
+func (s *seconds) String() string { return time.Duration(*s).String() }
+
+func (s *seconds) Set(v string) error {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		*s = seconds(time.Duration(n * float64(time.Second)))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*s = seconds(d)
+	return nil
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flamenet/relay/loadtest/report"
+)
+
+// raiseFileLimit lifts the open-file soft limit to the hard limit. Calling
+// syscall.Setrlimit (rather than relying on the Go runtime's own raise)
+// also makes child processes inherit the raised limit.
+func raiseFileLimit() (soft, hard uint64, err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, 0, fmt.Errorf("getrlimit: %w", err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return lim.Cur, lim.Max, fmt.Errorf("setrlimit: %w", err)
+	}
+	return lim.Cur, lim.Max, nil
+}
+
+// gitState describes the checkout at src.
+func gitState(ctx context.Context, src string) report.Git {
+	g := report.Git{Commit: "unknown"}
+	if src == "" {
+		return g
+	}
+	head := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
+	head.Dir = src
+	out, err := head.Output()
+	if err != nil {
+		return g
+	}
+	g.Commit = strings.TrimSpace(string(out))
+	status := exec.CommandContext(ctx, "git", "status", "--porcelain")
+	status.Dir = src
+	out, err = status.Output()
+	if err != nil {
+		// Unknown counts as dirty: the commit alone may not describe it.
+		g.Dirty = true
+		return g
+	}
+	if s := strings.TrimSpace(string(out)); s != "" {
+		g.Dirty = true
+		g.DirtyPaths = len(strings.Split(s, "\n"))
+	}
+	return g
+}
+
+func machine() report.Machine {
+	m := report.Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.OS += " " + strings.TrimSpace(string(b))
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			k, v, ok := strings.Cut(sc.Text(), ":")
+			if ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
+		m.OpenFileSoft, m.OpenFileHard = lim.Cur, lim.Max
+	}
+	return m
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times. It is 100 on
+// every Linux this runs on; Go has no sysconf to ask.
+const clockTick = 100
+
+// procCPU returns a process's user+system CPU time from /proc/<pid>/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces and parentheses; fields start after
+	// the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After ')': state is field 3, utime 14 and stime 15 (1-based).
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad times", pid)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTick, nil
+}
+
+// procStatusBytes reads a "kB" line such as VmHWM from /proc/<pid>/status.
+func procStatusBytes(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != key {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			break
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/status %s: %w", pid, key, err)
+		}
+		return n * 1024, nil
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
+}
+
+// procOpenFileLimit reads the soft "Max open files" of a process.
+func procOpenFileLimit(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.ParseUint(f[0], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/limits: no Max open files", pid)
+}
+
+// selfUsage is this process's own CPU time and peak RSS.
+func selfUsage() report.Process {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return report.Process{}
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return report.Process{CPUSeconds: round3(cpu.Seconds()), PeakRSSBytes: ru.Maxrss * 1024}
+}
+
+// scrapeProcess reads process_cpu_seconds_total and
+// process_resident_memory_bytes from a Prometheus text endpoint.
+func scrapeProcess(ctx context.Context, hc *http.Client, url string) (cpu float64, rss int64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("scrape %s: status %d", url, resp.StatusCode)
+	}
+	return parseProcessMetrics(io.LimitReader(resp.Body, 16<<20))
+}
+
+func parseProcessMetrics(r io.Reader) (cpu float64, rss int64, err error) {
+	var haveCPU, haveRSS bool
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "process_cpu_seconds_total":
+			if cpu, err = strconv.ParseFloat(f[1], 64); err != nil {
+				return 0, 0, fmt.Errorf("process_cpu_seconds_total: %w", err)
+			}
+			haveCPU = true
+		case "process_resident_memory_bytes":
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				return 0, 0, fmt.Errorf("process_resident_memory_bytes: %w", err)
+			}
+			rss, haveRSS = int64(v), true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !haveCPU || !haveRSS {
+		return 0, 0, fmt.Errorf("metrics lack process_cpu_seconds_total or process_resident_memory_bytes")
+	}
+	return cpu, rss, nil
+}
+
+func round3(v float64) float64 {
+	return math.Round(v*1000) / 1000
+}
