@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flamenet/relay/store"
+)
+
+const deviceColumns = `household, name, cursor, head, identity_key, push_kind, push_address, registered_at, last_seen`
+
+func scanDevice(sc interface{ Scan(...any) error }) (store.Device, error) {
+	var d store.Device
+	var registered, seen int64
+	if err := sc.Scan(&d.Household, &d.Name, &d.Cursor, &d.Head, &d.IdentityKey,
+		&d.Push.Kind, &d.Push.Address, &registered, &seen); err != nil {
+		return store.Device{}, err
+	}
+	d.RegisteredAt = fromMicros(registered)
+	d.LastSeen = fromMicros(seen)
+	return d, nil
+}
+
+// Register creates the device or updates the fields p sets, in one upsert.
+func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
+	var key any // NULL keeps the stored key
+	if len(p.IdentityKey) > 0 {
+		key = p.IdentityKey
+	}
+	setPush := p.Push != nil
+	var push store.PushTarget
+	if setPush {
+		push = *p.Push
+	}
+	now := micros(p.Now)
+	var d store.Device
+	err := db.write(ctx, "register", func(tx *sql.Tx) error {
+		var err error
+		d, err = scanDevice(tx.QueryRowContext(ctx, `INSERT INTO devices
+			(household, name, identity_key, push_kind, push_address, registered_at, last_seen)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+			ON CONFLICT (household, name) DO UPDATE SET
+				identity_key = coalesce(excluded.identity_key, identity_key),
+				push_kind    = CASE WHEN ?7 THEN excluded.push_kind ELSE push_kind END,
+				push_address = CASE WHEN ?7 THEN excluded.push_address ELSE push_address END,
+				last_seen    = max(last_seen, excluded.last_seen)
+			RETURNING `+deviceColumns,
+			p.Household, p.Device, key, push.Kind, push.Address, now, setPush))
+		return err
+	})
+	if err != nil {
+		return store.Device{}, err
+	}
+	return d, nil
+}
+
+// Devices lists a household's devices by name, after p.After. A limit of
+// zero or less lists them all.
+func (db *DB) Devices(ctx context.Context, p store.ListParams) ([]store.Device, error) {
+	limit := int64(-1)
+	if p.Limit > 0 {
+		limit = int64(p.Limit)
+	}
+	rows, err := db.reader.QueryContext(ctx, `SELECT `+deviceColumns+` FROM devices
+		WHERE household = ? AND name > ? ORDER BY name LIMIT ?`, p.Household, p.After, limit)
+	if err != nil {
+		return nil, wrap(ctx, "devices", err)
+	}
+	defer rows.Close()
+	var ds []store.Device
+	for rows.Next() {
+		d, err := scanDevice(rows)
+		if err != nil {
+			return nil, wrap(ctx, "devices", err)
+		}
+		ds = append(ds, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "devices", err)
+	}
+	return ds, nil
+}
+
+// DeleteDevice removes the device row and its envelopes and records when.
+// A device registered again later starts from cursor and head 0.
+func (db *DB) DeleteDevice(ctx context.Context, household, device string, at time.Time) error {
+	return db.write(ctx, "delete device", func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM envelopes WHERE household = ? AND device = ?`,
+			household, device); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM devices WHERE household = ? AND name = ?`, household, device)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("device %q: %w", device, store.ErrNotFound)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO removals (household, device, removed_at) VALUES (?, ?, ?)
+			ON CONFLICT (household, device) DO UPDATE SET removed_at = excluded.removed_at`,
+			household, device, micros(at))
+		return err
+	})
+}
+
+// RemovedAt reports the device's last removal; zero if it never was.
+func (db *DB) RemovedAt(ctx context.Context, household, device string) (time.Time, error) {
+	var at int64
+	err := db.reader.QueryRowContext(ctx, `SELECT removed_at FROM removals WHERE household = ? AND device = ?`,
+		household, device).Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, wrap(ctx, "removed at", err)
+	}
+	return fromMicros(at), nil
+}
+
+// ClearPush clears the push target only if it is still target, so that a
+// provider's late "gone" cannot erase a target registered since.
+func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {
+	return db.write(ctx, "clear push", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE devices SET push_kind = '', push_address = ''
+			WHERE household = ? AND name = ? AND push_kind = ? AND push_address = ?`,
+			household, device, target.Kind, target.Address)
+		return err
+	})
+}

@@ -1,0 +1,164 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/flamenet/relay/store"
+)
+
+// lastSeenStep is how stale last_seen may get before an ack that moves
+// nothing writes it anyway: without it every poll would be a write.
+const lastSeenStep = time.Minute
+
+// Ack moves the cursor up (never down), deletes what it covers, and
+// registers a device it does not know. It reads on a reader first and takes
+// the writer only when something must change.
+func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error) {
+	var cursor, head, seen int64
+	err := db.reader.QueryRowContext(ctx, `SELECT cursor, head, last_seen FROM devices
+		WHERE household = ? AND name = ?`, p.Household, p.Device).Scan(&cursor, &head, &seen)
+	switch {
+	case err == nil:
+		if p.Cursor > head {
+			return store.Position{Cursor: cursor, Head: head}, &store.CursorAheadError{Head: head}
+		}
+		if p.Cursor <= cursor && micros(p.Now)-seen < lastSeenStep.Microseconds() {
+			return store.Position{Cursor: cursor, Head: head}, nil
+		}
+	case !errors.Is(err, sql.ErrNoRows):
+		return store.Position{}, wrap(ctx, "ack", err)
+	}
+
+	var pos store.Position
+	var ahead error
+	err = db.write(ctx, "ack", func(tx *sql.Tx) error {
+		// Read again under the write lock: the reader's row may be a send
+		// or an ack behind.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO devices (household, name, registered_at, last_seen)
+			VALUES (?, ?, ?, ?) ON CONFLICT (household, name) DO NOTHING`,
+			p.Household, p.Device, micros(p.Now), micros(p.Now)); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT cursor, head FROM devices WHERE household = ? AND name = ?`,
+			p.Household, p.Device).Scan(&pos.Cursor, &pos.Head); err != nil {
+			return err
+		}
+		if p.Cursor > pos.Head {
+			// Commit the registration all the same: the device did call.
+			ahead = &store.CursorAheadError{Head: pos.Head}
+			return nil
+		}
+		if p.Cursor > pos.Cursor {
+			var n, size int64
+			if err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM envelopes
+				WHERE household = ? AND device = ? AND seq <= ?`, p.Household, p.Device, p.Cursor).Scan(&n, &size); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM envelopes WHERE household = ? AND device = ? AND seq <= ?`,
+				p.Household, p.Device, p.Cursor); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE devices
+				SET cursor = ?, pending_count = pending_count - ?, pending_bytes = pending_bytes - ?
+				WHERE household = ? AND name = ?`, p.Cursor, n, size, p.Household, p.Device); err != nil {
+				return err
+			}
+			pos.Cursor = p.Cursor
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE devices SET last_seen = max(last_seen, ?) WHERE household = ? AND name = ?`,
+			micros(p.Now), p.Household, p.Device)
+		return err
+	})
+	if err != nil {
+		return store.Position{}, err
+	}
+	return pos, ahead
+}
+
+// Fetch reads ids and sizes above p.After first, picks the prefix inside
+// the budget, and only then loads payloads, and only that prefix's: a
+// device with a deep queue of large envelopes costs one budget of reading,
+// not its whole queue. Both reads share one snapshot, so an ack or expiry
+// between them cannot change the rows picked.
+func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, error) {
+	var b store.Batch
+	err := db.read(ctx, "fetch", func(tx *sql.Tx) error {
+		limit := int64(-1) // SQLite: no limit
+		if p.Limit > 0 {
+			limit = int64(p.Limit) + 1 // one more tells whether more waits
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT seq, size FROM envelopes
+			WHERE household = ? AND device = ? AND seq > ? ORDER BY seq LIMIT ?`,
+			p.Household, p.Device, p.After, limit)
+		if err != nil {
+			return err
+		}
+		var seqs, sizes []int64
+		for rows.Next() {
+			var seq, size int64
+			if err := rows.Scan(&seq, &size); err != nil {
+				rows.Close()
+				return err
+			}
+			seqs = append(seqs, seq)
+			sizes = append(sizes, size)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n, more := prefix(sizes, p.Limit, p.Budget)
+		b.More = more
+		if n == 0 {
+			return nil
+		}
+
+		// Payloads of the picked prefix only.
+		rows, err = tx.QueryContext(ctx, `SELECT seq, send_id, sender, sent_at, payload FROM envelopes
+			WHERE household = ? AND device = ? AND seq > ? AND seq <= ? ORDER BY seq`,
+			p.Household, p.Device, p.After, seqs[n-1])
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		b.Envelopes = make([]store.Envelope, 0, n)
+		for rows.Next() {
+			var e store.Envelope
+			var sent int64
+			if err := rows.Scan(&e.Seq, &e.ID, &e.From, &sent, &e.Payload); err != nil {
+				return err
+			}
+			e.SentAt = fromMicros(sent)
+			b.Envelopes = append(b.Envelopes, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return store.Batch{}, err
+	}
+	return b, nil
+}
+
+// prefix picks how many of the envelopes with these sizes (in seq order) one
+// fetch returns: at most limit, the longest run whose sizes fit in budget,
+// and always the first whatever its size. more reports that some are left.
+// A limit or budget of zero or less does not bound.
+func prefix(sizes []int64, limit int, budget int64) (n int, more bool) {
+	var total int64
+	for _, s := range sizes {
+		if limit > 0 && n >= limit {
+			break
+		}
+		if n > 0 && budget > 0 && total+s > budget {
+			break
+		}
+		total += s
+		n++
+	}
+	return n, n < len(sizes)
+}

@@ -1,0 +1,264 @@
+// Package sqlite is the store backend for one household on one machine, on
+// modernc.org/sqlite (no cgo).
+//
+// It must never answer "database is locked". Every write goes through one
+// writer connection whose transactions begin IMMEDIATE, so two writers of
+// this process never meet inside SQLite and a transaction never has to
+// upgrade a read lock into a write lock (the upgrade is what fails with
+// SQLITE_BUSY at once, whatever busy_timeout says). Reads run on a separate
+// pool of read-only connections; in WAL mode they never wait for the
+// writer. busy_timeout covers the rest: another process on the same file,
+// such as a migration run beside the server.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/flamenet/relay/store"
+)
+
+var _ store.Store = (*DB)(nil)
+
+// Config says where the database lives and how it is opened.
+type Config struct {
+	// Path of the database file; its directory is created if missing.
+	Path string
+	// Synchronous is PRAGMA synchronous: OFF, NORMAL, FULL (default) or
+	// EXTRA. FULL makes every commit durable before Send answers.
+	Synchronous string
+	// Readers is the size of the read pool; 0 means max(4, GOMAXPROCS).
+	Readers int
+	// BusyTimeout bounds a wait for another process's lock; 0 means 5s.
+	BusyTimeout time.Duration
+	// Logger receives migration notices; nil discards them.
+	Logger *slog.Logger
+}
+
+// DB is a SQLite store. Its methods are safe for concurrent use.
+type DB struct {
+	writer *sql.DB // exactly one connection: every write goes here
+	reader *sql.DB // read-only, query_only connections
+	ping   *sql.DB // one connection of its own so a busy read pool cannot fail a probe
+	log    *slog.Logger
+}
+
+// Open opens (creating if needed) the database at cfg.Path and applies any
+// pending migrations.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("sqlite: empty path")
+	}
+	sync := strings.ToUpper(cfg.Synchronous)
+	if sync == "" {
+		sync = "FULL"
+	}
+	switch sync {
+	case "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		return nil, fmt.Errorf("sqlite: synchronous %q: want OFF, NORMAL, FULL or EXTRA", cfg.Synchronous)
+	}
+	readers := cfg.Readers
+	if readers <= 0 {
+		readers = max(4, runtime.GOMAXPROCS(0))
+	}
+	busy := cfg.BusyTimeout
+	if busy <= 0 {
+		busy = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	path, err := filepath.Abs(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: %w: %w", store.ErrUnavailable, err)
+	}
+
+	common := url.Values{}
+	common.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
+	common.Set("_dqs", "0")
+
+	w := url.Values{}
+	for k, v := range common {
+		w[k] = v
+	}
+	w.Set("_txlock", "immediate")
+	w.Set("_journal_mode", "WAL")
+	w.Set("_synchronous", sync)
+	w.Set("_foreign_keys", "1")
+	writer, err := sql.Open("sqlite", dsn(path, w))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open writer: %w", err)
+	}
+	writer.SetMaxOpenConns(1)
+	writer.SetMaxIdleConns(1)
+	writer.SetConnMaxLifetime(0)
+	writer.SetConnMaxIdleTime(0)
+
+	db := &DB{writer: writer, log: log.With("component", "store_sqlite")}
+	// The writer goes first: it creates the file, switches it to WAL and
+	// migrates, all of which the read-only connections could not do.
+	if err := db.migrate(ctx); err != nil {
+		writer.Close()
+		return nil, err
+	}
+
+	r := url.Values{}
+	for k, v := range common {
+		r[k] = v
+	}
+	r.Set("mode", "ro")
+	r.Set("_query_only", "1")
+	reader, err := sql.Open("sqlite", dsn(path, r))
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open readers: %w", err)
+	}
+	reader.SetMaxOpenConns(readers)
+	reader.SetMaxIdleConns(readers)
+	db.reader = reader
+
+	ping, err := sql.Open("sqlite", dsn(path, r))
+	if err != nil {
+		reader.Close()
+		writer.Close()
+		return nil, fmt.Errorf("sqlite: open probe: %w", err)
+	}
+	ping.SetMaxOpenConns(1)
+	ping.SetMaxIdleConns(1)
+	db.ping = ping
+
+	if err := db.Ping(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// dsn builds a file: URI, so that SQLite itself sees mode=ro and a path
+// holding '?' or '#' survives.
+func dsn(path string, q url.Values) string {
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: q.Encode()}
+	return u.String()
+}
+
+// Ping runs a query on the probe's own connection.
+func (db *DB) Ping(ctx context.Context) error {
+	var n int
+	if err := db.ping.QueryRowContext(ctx, `SELECT count(*) FROM schema_version`).Scan(&n); err != nil {
+		return wrap(ctx, "ping", err)
+	}
+	return nil
+}
+
+// Close closes the readers first and the writer last, so that the last
+// connection to close is the one allowed to checkpoint and remove the WAL.
+func (db *DB) Close() error {
+	var errs []error
+	if db.ping != nil {
+		errs = append(errs, db.ping.Close())
+	}
+	if db.reader != nil {
+		errs = append(errs, db.reader.Close())
+	}
+	errs = append(errs, db.writer.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// wrap turns a driver error into the store's vocabulary. A deadline that ran
+// out is ErrUnavailable (and still the context's error); a cancelled context
+// is returned as itself, since the caller has gone; errors that say the file
+// or the disk failed are ErrUnavailable. Store sentinels pass through.
+func wrap(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isStoreError(err) {
+		return err
+	}
+	if ce := ctx.Err(); ce != nil && !errors.Is(err, ce) {
+		err = fmt.Errorf("%w (%w)", ce, err)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("sqlite: %s: %w: %w", op, store.ErrUnavailable, err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR,
+			sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_FULL, sqlite3.SQLITE_NOMEM,
+			sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_PERM:
+			return fmt.Errorf("sqlite: %s: %w: %w", op, store.ErrUnavailable, err)
+		}
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+func isStoreError(err error) bool {
+	for _, s := range []error{store.ErrNotFound, store.ErrUnknownDevice, store.ErrConflict,
+		store.ErrQueueFull, store.ErrCursorAhead, store.ErrUnavailable} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// write runs fn in one IMMEDIATE transaction on the writer connection and
+// commits if fn returns nil. fn's store errors come back unwrapped.
+func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return wrap(ctx, op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return wrap(ctx, op, err)
+	}
+	return nil
+}
+
+// read runs fn in one read transaction on a reader, so that all its queries
+// see the same snapshot.
+func (db *DB) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	tx, err := db.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return wrap(ctx, op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only: nothing to lose
+	if err := fn(tx); err != nil {
+		return wrap(ctx, op, err)
+	}
+	return nil
+}
+
+// micros stores times as Unix microseconds, which round-trip exactly.
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }

@@ -1,0 +1,298 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/store"
+)
+
+var (
+	keyA  = bytes.Repeat([]byte{0xa1}, 32)
+	keyB  = bytes.Repeat([]byte{0xb2}, 32)
+	pushA = store.PushTarget{Kind: store.PushUnifiedPush, Address: "https://push.example/a"}
+	pushB = store.PushTarget{Kind: store.PushAPNs, Address: "0a1b2c3d"}
+)
+
+func testRegister(t *testing.T, open Opener) {
+	t.Run("CreatesWithFields", func(t *testing.T) {
+		s := fresh(t, open)
+		d, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &pushA, IdentityKey: keyA, Now: t0})
+		if err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+		if d.Household != hh || d.Name != "phone" {
+			t.Errorf("got %s/%s, want %s/phone", d.Household, d.Name, hh)
+		}
+		if d.Push != pushA {
+			t.Errorf("Push = %+v, want %+v", d.Push, pushA)
+		}
+		if !bytes.Equal(d.IdentityKey, keyA) {
+			t.Errorf("IdentityKey = %x, want %x", d.IdentityKey, keyA)
+		}
+		if d.Cursor != 0 || d.Head != 0 {
+			t.Errorf("Cursor, Head = %d, %d, want 0, 0", d.Cursor, d.Head)
+		}
+		if !d.RegisteredAt.Equal(t0) || !d.LastSeen.Equal(t0) {
+			t.Errorf("RegisteredAt, LastSeen = %v, %v, want %v", d.RegisteredAt, d.LastSeen, t0)
+		}
+	})
+
+	t.Run("RepeatKeepsFieldsAndCursor", func(t *testing.T) {
+		s := fresh(t, open)
+		if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &pushA, IdentityKey: keyA, Now: t0}); err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+		register(t, s, hh, "laptop")
+		for i := range 3 {
+			sendOK(t, s, store.SendParams{Sender: "laptop", ID: string(rune('a' + i)), To: []string{"phone"}, Payload: []byte("x")})
+		}
+		ack(t, s, hh, "phone", 2)
+
+		later := t0.Add(time.Hour)
+		d, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Now: later})
+		if err != nil {
+			t.Fatalf("Register again: %v", err)
+		}
+		if d.Push != pushA || !bytes.Equal(d.IdentityKey, keyA) {
+			t.Errorf("nil fields changed the device: Push %+v key %x", d.Push, d.IdentityKey)
+		}
+		if d.Cursor != 2 || d.Head != 3 {
+			t.Errorf("Cursor, Head = %d, %d, want 2, 3", d.Cursor, d.Head)
+		}
+		if !d.RegisteredAt.Equal(t0) {
+			t.Errorf("RegisteredAt = %v, want the first registration %v", d.RegisteredAt, t0)
+		}
+		if !d.LastSeen.Equal(later) {
+			t.Errorf("LastSeen = %v, want %v", d.LastSeen, later)
+		}
+		// The envelope above the cursor is still owed after a register.
+		if got := seqs(fetchAll(t, s, hh, "phone", 2)); !equalSeqs(got, []int64{3}) {
+			t.Errorf("after register, pending seqs = %v, want [3]", got)
+		}
+	})
+
+	t.Run("UpdatesSetFields", func(t *testing.T) {
+		s := fresh(t, open)
+		if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &pushA, IdentityKey: keyA, Now: t0}); err != nil {
+			t.Fatalf("Register: %v", err)
+		}
+		d, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &pushB, Now: t0})
+		if err != nil {
+			t.Fatalf("Register push: %v", err)
+		}
+		if d.Push != pushB || !bytes.Equal(d.IdentityKey, keyA) {
+			t.Errorf("after push update: Push %+v key %x, want %+v and the old key", d.Push, d.IdentityKey, pushB)
+		}
+		d, err = s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", IdentityKey: keyB, Now: t0})
+		if err != nil {
+			t.Fatalf("Register key: %v", err)
+		}
+		if d.Push != pushB || !bytes.Equal(d.IdentityKey, keyB) {
+			t.Errorf("after key update: Push %+v key %x, want %+v and %x", d.Push, d.IdentityKey, pushB, keyB)
+		}
+		none := store.PushTarget{Kind: store.PushNone}
+		d, err = s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &none, Now: t0})
+		if err != nil {
+			t.Fatalf("Register no push: %v", err)
+		}
+		if !d.Push.Empty() {
+			t.Errorf("Push = %+v after registering kind none, want empty", d.Push)
+		}
+		ds := listAll(t, s, hh)
+		if len(ds) != 1 || !ds[0].Push.Empty() || !bytes.Equal(ds[0].IdentityKey, keyB) {
+			t.Errorf("stored device = %+v, want one with no push and key %x", ds, keyB)
+		}
+	})
+}
+
+func listAll(t testing.TB, s store.Store, household string) []store.Device {
+	t.Helper()
+	ds, err := s.Devices(ctx(t), store.ListParams{Household: household, Limit: 1000})
+	if err != nil {
+		t.Fatalf("Devices(%s): %v", household, err)
+	}
+	return ds
+}
+
+func names(ds []store.Device) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name
+	}
+	return out
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func testDevices(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	for _, name := range []string{"tablet", "laptop", "phone", "watch"} {
+		p := store.RegisterParams{Household: hh, Device: name, Now: t0}
+		if name == "phone" {
+			p.IdentityKey = keyA
+			p.Push = &pushA
+		}
+		if _, err := s.Register(ctx(t), p); err != nil {
+			t.Fatalf("Register(%s): %v", name, err)
+		}
+	}
+	register(t, s, "other", "aardvark", "phone")
+
+	all := listAll(t, s, hh)
+	if got, want := names(all), []string{"laptop", "phone", "tablet", "watch"}; !equalStrings(got, want) {
+		t.Fatalf("Devices = %v, want %v (ordered by name, own household only)", got, want)
+	}
+	phone := all[1]
+	if phone.Household != hh || !bytes.Equal(phone.IdentityKey, keyA) || phone.Push != pushA {
+		t.Errorf("phone = %+v, want household %s, key and push stored", phone, hh)
+	}
+	if !phone.RegisteredAt.Equal(t0) || !phone.LastSeen.Equal(t0) {
+		t.Errorf("phone timestamps = %v, %v, want %v", phone.RegisteredAt, phone.LastSeen, t0)
+	}
+	if all[0].IdentityKey != nil && len(all[0].IdentityKey) != 0 {
+		t.Errorf("laptop IdentityKey = %x, want none", all[0].IdentityKey)
+	}
+
+	tests := []struct {
+		name  string
+		after string
+		limit int
+		want  []string
+	}{
+		{"first page", "", 2, []string{"laptop", "phone"}},
+		{"second page", "phone", 2, []string{"tablet", "watch"}},
+		{"after is exclusive and need not exist", "m", 1, []string{"phone"}},
+		{"past the end", "watch", 2, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ds, err := s.Devices(ctx(t), store.ListParams{Household: hh, After: tt.after, Limit: tt.limit})
+			if err != nil {
+				t.Fatalf("Devices: %v", err)
+			}
+			if got := names(ds); !equalStrings(got, tt.want) {
+				t.Errorf("Devices(after %q, limit %d) = %v, want %v", tt.after, tt.limit, got, tt.want)
+			}
+		})
+	}
+
+	// Cursor and head are reported in the directory too.
+	sendOK(t, s, store.SendParams{Sender: "phone", ID: "1", To: []string{"laptop"}, Payload: []byte("x")})
+	sendOK(t, s, store.SendParams{Sender: "phone", ID: "2", To: []string{"laptop"}, Payload: []byte("x")})
+	ack(t, s, hh, "laptop", 1)
+	if d := listAll(t, s, hh)[0]; d.Cursor != 1 || d.Head != 2 {
+		t.Errorf("laptop Cursor, Head = %d, %d, want 1, 2", d.Cursor, d.Head)
+	}
+}
+
+func testDelete(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	register(t, s, hh, "phone", "laptop")
+	register(t, s, "other", "phone")
+	for i := range 3 {
+		sendOK(t, s, store.SendParams{Sender: "laptop", ID: string(rune('a' + i)), To: []string{"laptop", "phone"}, Payload: []byte("x")})
+	}
+	sendOK(t, s, store.SendParams{Household: "other", Sender: "x", ID: "a", To: []string{"phone"}, Payload: []byte("x")})
+
+	if at, err := s.RemovedAt(ctx(t), hh, "phone"); err != nil || !at.IsZero() {
+		t.Fatalf("RemovedAt before delete = %v, %v, want zero, nil", at, err)
+	}
+	at := t0.Add(time.Minute)
+	if err := s.DeleteDevice(ctx(t), hh, "phone", at); err != nil {
+		t.Fatalf("DeleteDevice: %v", err)
+	}
+	if got, err := s.RemovedAt(ctx(t), hh, "phone"); err != nil || !got.Equal(at) {
+		t.Errorf("RemovedAt = %v, %v, want %v", got, err, at)
+	}
+	if got := names(listAll(t, s, hh)); !equalStrings(got, []string{"laptop"}) {
+		t.Errorf("Devices after delete = %v, want [laptop]", got)
+	}
+	if got := fetchAll(t, s, hh, "phone", 0); len(got) != 0 {
+		t.Errorf("deleted device still has envelopes %v", seqs(got))
+	}
+	// Nothing else was touched: the other recipient, the other household.
+	if got := seqs(fetchAll(t, s, hh, "laptop", 0)); !equalSeqs(got, []int64{1, 2, 3}) {
+		t.Errorf("laptop seqs = %v, want [1 2 3]", got)
+	}
+	if got := seqs(fetchAll(t, s, "other", "phone", 0)); !equalSeqs(got, []int64{1}) {
+		t.Errorf("other/phone seqs = %v, want [1]", got)
+	}
+	if at, err := s.RemovedAt(ctx(t), "other", "phone"); err != nil || !at.IsZero() {
+		t.Errorf("other/phone RemovedAt = %v, %v, want zero", at, err)
+	}
+
+	err := sendErr(s, store.SendParams{Sender: "laptop", ID: "to-deleted", To: []string{"laptop", "phone"}, Payload: []byte("x")})
+	if e := isUnknown(err, "phone"); e != nil {
+		t.Errorf("send to deleted device: %v", e)
+	}
+	if err := s.DeleteDevice(ctx(t), hh, "phone", at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("second DeleteDevice = %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteDevice(ctx(t), hh, "never", at); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("DeleteDevice(unknown) = %v, want ErrNotFound", err)
+	}
+
+	// Registered again, the device starts afresh at 0; the removal stays on
+	// record so its older tokens remain refused.
+	d, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Now: at.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("Register again: %v", err)
+	}
+	if d.Cursor != 0 || d.Head != 0 {
+		t.Errorf("re-registered Cursor, Head = %d, %d, want 0, 0", d.Cursor, d.Head)
+	}
+	res := sendOK(t, s, store.SendParams{Sender: "laptop", ID: "again", To: []string{"phone"}, Payload: []byte("x")})
+	if got := deliveries(res.Deliveries); got != "phone:1" {
+		t.Errorf("first send after re-register = %s, want phone:1", got)
+	}
+	if got, err := s.RemovedAt(ctx(t), hh, "phone"); err != nil || !got.Equal(at) {
+		t.Errorf("RemovedAt after re-register = %v, %v, want %v", got, err, at)
+	}
+}
+
+func testClearPush(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &pushA, Now: t0}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	// A provider's late "gone" for an older target must not erase the
+	// current one.
+	if err := s.ClearPush(ctx(t), hh, "phone", pushB); err != nil {
+		t.Fatalf("ClearPush(other target): %v", err)
+	}
+	if d := listAll(t, s, hh)[0]; d.Push != pushA {
+		t.Fatalf("Push = %+v after clearing another target, want %+v", d.Push, pushA)
+	}
+	same := pushA
+	same.Address += "/other"
+	if err := s.ClearPush(ctx(t), hh, "phone", same); err != nil {
+		t.Fatalf("ClearPush(other address): %v", err)
+	}
+	if d := listAll(t, s, hh)[0]; d.Push != pushA {
+		t.Fatalf("Push = %+v after clearing another address of the same kind, want %+v", d.Push, pushA)
+	}
+	if err := s.ClearPush(ctx(t), hh, "phone", pushA); err != nil {
+		t.Fatalf("ClearPush: %v", err)
+	}
+	if d := listAll(t, s, hh)[0]; !d.Push.Empty() {
+		t.Fatalf("Push = %+v after clearing it, want empty", d.Push)
+	}
+	register(t, s, hh, "laptop")
+	res := sendOK(t, s, store.SendParams{Sender: "laptop", ID: "1", To: []string{"phone"}, Payload: []byte("x")})
+	if !res.Deliveries[0].Push.Empty() {
+		t.Errorf("delivery Push = %+v after ClearPush, want empty", res.Deliveries[0].Push)
+	}
+}
