@@ -1,0 +1,157 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/wake"
+)
+
+// TestPollNoLostWakeup guards the order of the poll loop in poll.go: the
+// waiter is registered (hub.Subscribe) BEFORE the first store read. The
+// test commits a send in the window between that first read and the wait,
+// thousands of times, and each poll must return the envelope at once.
+//
+// Moving the Subscribe call below the first s.fetch (so the waiter is
+// registered after the read) makes this test fail on its first iteration:
+// the signal finds no waiter, the poll sleeps out its wait and answers
+// empty. That was tried; keep the order.
+func TestPollNoLostWakeup(t *testing.T) {
+	h := newHarness(t, nil)
+	phone := h.register("home", "phone")
+	sender := h.token("home", "laptop")
+	iterations := 2000
+	if testing.Short() {
+		iterations = 200
+	}
+	var seq int64
+	h.srv.afterFirstRead = func(k wake.Key) {
+		// A real send through the API, committed and signalled while the
+		// poll is between its read and its wait.
+		r, err := h.do(context.Background(), "POST", "/v1/send", sender, map[string]any{"id": fmt.Sprint(seq + 1), "to": []string{"phone"}, "payload": []byte("x")})
+		if err != nil || r.status != http.StatusAccepted {
+			t.Errorf("send in the window: %v %d %s", err, r.status, r.body)
+		}
+	}
+	for i := range iterations {
+		start := time.Now()
+		p := h.poll(phone, fmt.Sprintf("cursor=%d&wait=5", seq))
+		if len(p.Envelopes) != 1 || p.Envelopes[0].Seq != seq+1 {
+			t.Fatalf("iteration %d: poll answered %+v after %v: the wake-up was lost", i, p, time.Since(start))
+		}
+		seq = p.Cursor
+	}
+}
+
+// TestHangupFreesWaiters holds 200 polls on a real listener, hangs every
+// one of them up, and checks that every waiter is gone.
+func TestHangupFreesWaiters(t *testing.T) {
+	h := newHarness(t, nil)
+	const n = 200
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	toks := make([]string, n)
+	for i := range n {
+		toks[i] = h.register("home", fmt.Sprint("d", i))
+	}
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := h.do(ctx, "GET", "/v1/poll?wait=60", toks[i], nil)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("poll %d ended with %v, want a hang-up", i, err)
+			}
+		}()
+	}
+	eventually(t, "200 held polls", func() bool { return h.srv.HeldPolls() == n })
+	for i := range n {
+		if !h.hub.Held(wake.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
+			t.Fatalf("d%d holds no waiter", i)
+		}
+	}
+	cancel()
+	wg.Wait()
+	eventually(t, "every waiter gone", func() bool { return h.srv.HeldPolls() == 0 })
+	for i := range n {
+		if h.hub.Held(wake.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
+			t.Fatalf("d%d still holds a waiter after its client hung up", i)
+		}
+	}
+}
+
+// TestNewerPollSupersedes: a second poll for the same device makes the
+// first answer at once, and the second one gets the next envelope.
+func TestNewerPollSupersedes(t *testing.T) {
+	h := newHarness(t, nil)
+	phone := h.register("home", "phone")
+	first := make(chan pollResponse, 1)
+	go func() { first <- h.poll(phone, "wait=60") }()
+	eventually(t, "first poll held", func() bool { return h.srv.HeldPolls() == 1 })
+	second := make(chan pollResponse, 1)
+	go func() { second <- h.poll(phone, "wait=60") }()
+	select {
+	case p := <-first:
+		if len(p.Envelopes) != 0 {
+			t.Fatalf("superseded poll = %+v", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older poll was not answered when a newer one arrived")
+	}
+	eventually(t, "second poll held", func() bool { return h.srv.HeldPolls() == 1 })
+	h.send(phone, "m", []byte("x"), "phone")
+	if p := <-second; len(p.Envelopes) != 1 {
+		t.Fatalf("newer poll = %+v", p)
+	}
+}
+
+// TestDrainAnswersHeldPolls: shutdown answers every held poll at once and
+// refuses new ones with 503 unavailable.
+func TestDrainAnswersHeldPolls(t *testing.T) {
+	h := newHarness(t, nil)
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		tok := h.register("home", fmt.Sprint("d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := h.do(context.Background(), "GET", "/v1/poll?wait=60", tok, nil)
+			if err != nil || r.status != http.StatusOK {
+				t.Errorf("held poll during drain: %v %d %s", err, r.status, r.body)
+			}
+		}()
+	}
+	eventually(t, "held polls", func() bool { return h.srv.HeldPolls() == n })
+	h.srv.draining.Store(true)
+	tok := h.token("home", "late")
+	r := h.must("GET", "/v1/poll?wait=5", tok, nil, http.StatusServiceUnavailable)
+	if r.errCode(t) != codeUnavailable || r.header.Get("Retry-After") == "" {
+		t.Fatalf("late poll: %v %s", r.header, r.body)
+	}
+	h.must("GET", "/ready", "", nil, http.StatusServiceUnavailable)
+	start := time.Now()
+	h.shutdown()
+	wg.Wait()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("drain took %v; held polls were not answered at once", d)
+	}
+}
+
+// TestWaitRunsOut: a poll with nothing to read answers empty when its wait
+// runs out, with the stored cursor.
+func TestWaitRunsOut(t *testing.T) {
+	h := newHarness(t, nil)
+	phone := h.register("home", "phone")
+	h.send(phone, "m", []byte("x"), "phone")
+	h.must("POST", "/v1/ack", phone, `{"cursor":1}`, http.StatusNoContent)
+	p := h.poll(phone, "wait=1")
+	if len(p.Envelopes) != 0 || p.Cursor != 1 || p.More {
+		t.Fatalf("poll = %+v", p)
+	}
+}
