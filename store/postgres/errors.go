@@ -13,11 +13,9 @@ import (
 	"github.com/flamenet/relay/store"
 )
 
-// SQLSTATEs this package looks at by name.
-const (
-	codeUniqueViolation = "23505"
-	codeDeadlock        = "40P01"
-)
+// codeDeadlock is the SQLSTATE of a deadlock, which the lock order of
+// docs/FANOUT.md rules out; tests look for it by name.
+const codeDeadlock = "40P01"
 
 // classify wraps a driver error for the caller: anything that means "the
 // database cannot answer right now" becomes store.ErrUnavailable (keeping
