@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/token"
+)
+
+var relayBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "relay-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	relayBin = filepath.Join(dir, "relay")
+	if out, err := exec.Command("go", "build", "-o", relayBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the relay: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// TestBadSettingStopsStart: a bad setting stops the relay at start with one
+// line that names it.
+func TestBadSettingStopsStart(t *testing.T) {
+	dir := t.TempDir()
+	smallOrder := base64.StdEncoding.EncodeToString(make([]byte, 32))
+	nonCanonical := base64.StdEncoding.EncodeToString(append([]byte{0xed}, append(bytes.Repeat([]byte{0xff}, 30), 0x7f)...))
+	tests := []struct {
+		name, env, value string
+	}{
+		{"wait not a number", "FN_MAX_WAIT_SECS", "soon"},
+		{"budget zero", "FN_POLL_BUDGET_BYTES", "0"},
+		{"small-order issuer key", "FN_ISSUER_KEYS", smallOrder},
+		{"non-canonical issuer key", "FN_ISSUER_KEYS", nonCanonical},
+		{"issuer key not base64", "FN_ISSUER_KEYS", "!!"},
+		{"database url", "FN_DATABASE_URL", "mysql://x"},
+		{"listen", "FN_LISTEN", "nowhere"},
+		{"grace", "FN_SHUTDOWN_GRACE", "forever"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vars := map[string]string{"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "r.db"), "FN_LISTEN": "127.0.0.1:0", tt.env: tt.value}
+			var stderr bytes.Buffer
+			err := run(context.Background(), nil, env(vars), io.Discard, &stderr)
+			if err == nil {
+				t.Fatal("the relay started with a bad setting")
+			}
+			if msg := err.Error(); !strings.Contains(msg, tt.env) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q does not name %s on one line", msg, tt.env)
+			}
+		})
+	}
+	// Flags win over the environment.
+	err := run(context.Background(), []string{"serve", "-max-wait-secs", "x"}, env(map[string]string{"FN_MAX_WAIT_SECS": "10"}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `FN_MAX_WAIT_SECS="x"`) {
+		t.Fatalf("flag did not override env: %v", err)
+	}
+}
+
+// process is the relay binary running as a child.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	out  *bytes.Buffer
+	done chan error
+}
+
+var servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
+
+func start(t *testing.T, vars map[string]string) *process {
+	t.Helper()
+	cmd := exec.Command(relayBin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, out: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stdout = p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	select {
+	case p.addr = <-found:
+	case err := <-p.done:
+		t.Fatalf("relay exited before serving: %v", err)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("relay did not start")
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit error and how long it took.
+func (p *process) stop(t *testing.T) (error, time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		return err, time.Since(begin)
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		t.Fatal("relay did not stop on SIGTERM")
+		return nil, 0
+	}
+}
+
+func request(t *testing.T, method, url, tok, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestSIGTERMKeepsPending: a relay stopped with SIGTERM while envelopes are
+// pending and a poll is held exits 0 at once, and a relay started on the
+// same data delivers every envelope.
+func TestSIGTERMKeepsPending(t *testing.T) {
+	dir := t.TempDir()
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	vars := map[string]string{
+		"FN_LISTEN":       "127.0.0.1:0",
+		"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEYS":  base64.StdEncoding.EncodeToString(pub),
+	}
+	mint := func(dev string) string {
+		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	phone, laptop := mint("phone"), mint("laptop")
+	p := start(t, vars)
+	base := "http://" + p.addr
+	if code, body := request(t, "POST", base+"/v1/register", phone, ""); code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	const n = 50
+	for i := range n {
+		body := fmt.Sprintf(`{"id":"m%d","to":["phone"],"payload":"%s"}`, i, base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(i))))
+		if code, b := request(t, "POST", base+"/v1/send", laptop, body); code != 202 {
+			t.Fatalf("send %d: %d %s", i, code, b)
+		}
+	}
+	// A poll held by another device must not keep the relay from stopping.
+	held := make(chan int, 1)
+	go func() {
+		code, _ := request(t, "GET", base+"/v1/poll?wait=60", laptop, "")
+		held <- code
+	}()
+	err, took := p.stop(t)
+	if err != nil {
+		t.Fatalf("relay exit: %v", err)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("SIGTERM took %v", took)
+	}
+	<-held
+
+	p = start(t, vars)
+	base = "http://" + p.addr
+	var got []string
+	cursor := 0
+	for {
+		code, b := request(t, "GET", fmt.Sprintf("%s/v1/poll?cursor=%d", base, cursor), phone, "")
+		if code != 200 {
+			t.Fatalf("poll: %d %s", code, b)
+		}
+		var pr struct {
+			Cursor    int `json:"cursor"`
+			Envelopes []struct {
+				ID string `json:"id"`
+			} `json:"envelopes"`
+		}
+		if err := json.Unmarshal(b, &pr); err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.Envelopes) == 0 {
+			break
+		}
+		for _, e := range pr.Envelopes {
+			got = append(got, e.ID)
+		}
+		cursor = pr.Cursor
+	}
+	if len(got) != n {
+		t.Fatalf("after restart %d envelopes, want %d", len(got), n)
+	}
+	if err, _ := p.stop(t); err != nil {
+		t.Fatalf("second exit: %v", err)
+	}
+}
+
+// TestFirstRun: with no issuer configured the relay creates a key, trusts
+// it, and prints a token command and a curl line that work.
+func TestFirstRun(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	vars := map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": keyFile,
+	}
+	p := start(t, vars)
+	info, err := os.Stat(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Fatalf("issuer key mode %v", info.Mode().Perm())
+	}
+	var tok bytes.Buffer
+	if err := run(context.Background(), []string{"token", "-household", "home", "-device", "phone"}, env(map[string]string{"FN_ISSUER_KEY_FILE": keyFile}), &tok, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	code, body := request(t, "POST", "http://"+p.addr+"/v1/register", strings.TrimSpace(tok.String()), "")
+	if code != 200 || !strings.Contains(string(body), `"device":"phone"`) {
+		t.Fatalf("register with the minted token: %d %s", code, body)
+	}
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"go run . token -household home -device phone", "curl", "http://" + p.addr + "/v1/register"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Fatalf("welcome text lacks %q:\n%s", want, p.out)
+		}
+	}
+}
