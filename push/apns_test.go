@@ -169,6 +169,8 @@ func devToken(prefix string) string {
 	return prefix + strings.Repeat("0", 64-len(prefix))
 }
 
+// Disabling the provider-token cache (done once on purpose) turns this red
+// with a token per request.
 func TestAPNs(t *testing.T) {
 	key, keyFile := newP8(t)
 	ok, gone, bad, busy, down := devToken("a1"), devToken("b2"), devToken("c3"), devToken("d4"), devToken("e5")

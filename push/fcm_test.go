@@ -191,6 +191,9 @@ func fcmError(code int, status, fcmCode string) string {
 		code, status, fcmCode)
 }
 
+// The access token is fetched once and reused by every worker. Removing the
+// token lock in accessToken (done once on purpose) turns this red with one
+// exchange per worker.
 func TestFCM(t *testing.T) {
 	fake := newFCMFake(t, func(tok string, n int) (int, string, string) {
 		switch tok {
