@@ -89,9 +89,9 @@ var settings = []Setting{
 		c.Listen = v
 		return nil
 	}},
-	{"FN_DATABASE_URL", "sqlite:data/relay.db", "store: sqlite:<path> or postgres://...", func(c *Config, v string) error {
+	{"FN_DATABASE_URL", "sqlite:data/relay.db", "store: sqlite:PATH or postgres://...", func(c *Config, v string) error {
 		if !strings.HasPrefix(v, "sqlite:") && !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") {
-			return errors.New("want sqlite:<path> or postgres://...")
+			return errors.New("want sqlite:PATH or postgres://...")
 		}
 		if v == "sqlite:" {
 			return errors.New("sqlite: needs a path")
@@ -281,3 +281,18 @@ func (c Config) validate() error {
 // gomaxprocs is how many scheduler threads ("loops") per-loop pool settings
 // multiply by.
 func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+
+// SettingsTable is the Markdown table of every setting, as README.md and
+// docs/OPERATIONS.md show it. A test keeps those files equal to it.
+func SettingsTable() string {
+	var b strings.Builder
+	b.WriteString("| Variable | Flag | Default | Meaning |\n|---|---|---|---|\n")
+	for _, s := range settings {
+		def := "`" + s.Default + "`"
+		if s.Default == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(&b, "| `%s` | `-%s` | %s | %s |\n", s.Env, s.Flag(), def, s.Usage)
+	}
+	return b.String()
+}
