@@ -3,7 +3,6 @@ package push
 import (
 	"fmt"
 	"strconv"
-	"time"
 )
 
 // ConfigFromEnv reads the FN_PUSH_*, FN_APNS_* and FN_FCM_* settings
@@ -17,11 +16,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if cfg.QueueSize, err = envInt(getenv, "FN_PUSH_QUEUE", DefaultQueueSize); err != nil {
 		return Config{}, err
-	}
-	if v := getenv("FN_PUSH_TIMEOUT"); v != "" {
-		if cfg.Timeout, err = time.ParseDuration(v); err != nil || cfg.Timeout <= 0 {
-			return Config{}, fmt.Errorf("FN_PUSH_TIMEOUT=%q: want a positive duration such as 30s", v)
-		}
 	}
 	if v := getenv("FN_PUSH_ALLOW_PRIVATE"); v != "" {
 		if cfg.AllowPrivate, err = strconv.ParseBool(v); err != nil {

@@ -117,8 +117,12 @@ func (f *fcm) accessToken(ctx context.Context) (string, error) {
 }
 
 // forget drops tok if it is still the cached one (the API refused it).
-func (f *fcm) forget(tok string) {
-	f.tokenLock <- struct{}{}
+func (f *fcm) forget(ctx context.Context, tok string) {
+	select {
+	case f.tokenLock <- struct{}{}:
+	case <-ctx.Done():
+		return // the push is over; the next one finds out again
+	}
 	if f.token == tok {
 		f.token = ""
 	}
@@ -214,7 +218,7 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		case code == "UNREGISTERED" || (status == http.StatusNotFound && code == "NOT_FOUND"):
 			return fmt.Errorf("fcm: status %d %s: %w", status, code, ErrGone)
 		case status == http.StatusUnauthorized && try == 0:
-			f.forget(tok) // revoked or expired early: once more with a new one
+			f.forget(ctx, tok) // revoked or expired early: once more with a new one
 			continue
 		case retryable(status):
 			return &RetryableError{Err: fmt.Errorf("fcm: status %d %s", status, code), After: after}
