@@ -3,18 +3,21 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/store/postgres"
 	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/wake"
 	"github.com/flamenet/relay/wake/local"
+	wakeredis "github.com/flamenet/relay/wake/redis"
 )
 
 // config parses the serve flags and FN_* environment into a relay.Config.
@@ -66,7 +69,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer st.Close()
-	hub := local.New()
+	hub, closeHub, err := openHub(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeHub()
 
 	srv, err := relay.New(cfg, relay.Deps{Store: st, Hub: hub, Logger: log.With("component", "api")})
 	if err != nil {
@@ -124,7 +131,27 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 		}
 		return db, nil
 	}
-	return nil, errors.New("FN_DATABASE_URL: postgres is not available in this build")
+	db, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.PostgresPoolSize()), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
+	}
+	return db, nil
+}
+
+// openHub picks the wake hub: in-process for one relay, Redis lists for
+// several.
+// The returned func releases what the hub holds after the server has shut
+// down (the server closes the hub itself while draining).
+func openHub(cfg relay.Config, log *slog.Logger) (wake.Hub, func() error, error) {
+	if cfg.RelayReplicas <= 1 {
+		return local.New(), func() error { return nil }, nil
+	}
+	client, err := wakeredis.NewClient(cfg.RedisURL, cfg.RedisPoolSize())
+	if err != nil {
+		return nil, nil, fmt.Errorf("FN_REDIS_URL: %w", err)
+	}
+	hub := wakeredis.New(client, wakeredis.Config{TTL: cfg.MaxWait + 10*time.Second, Logger: log.With("component", "wake")})
+	return hub, client.Close, nil
 }
 
 func printWelcome(w io.Writer, addr, keyFile string) {

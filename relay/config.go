@@ -38,7 +38,7 @@ type Config struct {
 
 	RelayReplicas         int
 	RedisURL              string
-	RedisConnsPerLoop     int // 0: 512 with several replicas, 32 with one
+	RedisConnsPerLoop     int // 0: 512 with several replicas, 32 with one; see RedisPoolSize
 	PostgresConnsPerLoop  int
 	SendInflight          int
 	SendRate              float64
@@ -60,7 +60,6 @@ type Config struct {
 	LogLevel              string
 	LogFormat             string
 	issuerKeysConfigured  bool
-	redisConnsPerLoopUser bool
 }
 
 // Setting is one configuration knob: its environment variable, the flag
@@ -144,6 +143,25 @@ var settings = []Setting{
 			return nil
 		}
 		return errors.New("want FULL or NORMAL")
+	}},
+	{"FN_RELAY_REPLICAS", "1", "relays sharing the store; above 1, wake-ups go through Redis (needs FN_REDIS_URL and Postgres)", func(c *Config, v string) error {
+		n, err := positive(v, 1000)
+		c.RelayReplicas = int(n)
+		return err
+	}},
+	{"FN_REDIS_URL", "", "Redis for wake-ups across replicas: redis://host:6379/0, rediss://, ?cluster=true or ?master_name= for Sentinel", str(func(c *Config) *string { return &c.RedisURL })},
+	{"FN_REDIS_MAX_CONNECTIONS_PER_LOOP", "", "Redis pool per GOMAXPROCS; each held poll holds one while it waits (empty: 512 with several replicas, 32 with one)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := positive(v, 1<<20)
+		c.RedisConnsPerLoop = int(n)
+		return err
+	}},
+	{"FN_PG_MAX_CONNECTIONS_PER_LOOP", "4", "Postgres pool per GOMAXPROCS", func(c *Config, v string) error {
+		n, err := positive(v, 10000)
+		c.PostgresConnsPerLoop = int(n)
+		return err
 	}},
 	{"FN_SEND_INFLIGHT", "512", "sends processed at once; past it a send gets 429 rate_limited", func(c *Config, v string) error {
 		n, err := positive(v, 1<<20)
@@ -269,6 +287,16 @@ func DefaultConfig() Config {
 }
 
 func (c Config) validate() error {
+	if c.RelayReplicas > 1 {
+		switch {
+		case c.RedisURL == "":
+			return errors.New("FN_REDIS_URL: required when FN_RELAY_REPLICAS is above 1")
+		case strings.HasPrefix(c.DatabaseURL, "sqlite:"):
+			return errors.New("FN_DATABASE_URL: several replicas need Postgres; SQLite is for one relay")
+		case !c.issuerKeysConfigured:
+			return errors.New("FN_ISSUER_KEYS: required when FN_RELAY_REPLICAS is above 1, so that every replica trusts the same issuer")
+		}
+	}
 	if c.ShutdownGrace <= 0 {
 		return errors.New("FN_SHUTDOWN_GRACE: must be above zero")
 	}
@@ -278,9 +306,26 @@ func (c Config) validate() error {
 	return nil
 }
 
-// gomaxprocs is how many scheduler threads ("loops") per-loop pool settings
-// multiply by.
-func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+// A "loop" in the per-loop pool settings is one scheduler thread: a pool of
+// N per loop is N x GOMAXPROCS connections.
+
+// RedisPoolSize is the Redis pool of this process: the held-poll ceiling
+// with several replicas, where each held poll waits on its own connection.
+func (c Config) RedisPoolSize() int {
+	n := c.RedisConnsPerLoop
+	if n == 0 {
+		n = 32
+		if c.RelayReplicas > 1 {
+			n = 512
+		}
+	}
+	return n * runtime.GOMAXPROCS(0)
+}
+
+// PostgresPoolSize is the Postgres pool of this process.
+func (c Config) PostgresPoolSize() int {
+	return c.PostgresConnsPerLoop * runtime.GOMAXPROCS(0)
+}
 
 // SettingsTable is the Markdown table of every setting, as README.md and
 // docs/OPERATIONS.md show it. A test keeps those files equal to it.
