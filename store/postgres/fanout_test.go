@@ -54,14 +54,15 @@ GROUP BY d.household, d.name, d.pending_count, d.pending_bytes`)
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			h, d                         string
-			count, bytes, actual, actual2 int64
+			h, d                  string
+			pending, pendingBytes int64
+			stored, storedBytes   int64
 		)
-		if err := rows.Scan(&h, &d, &count, &bytes, &actual, &actual2); err != nil {
+		if err := rows.Scan(&h, &d, &pending, &pendingBytes, &stored, &storedBytes); err != nil {
 			tb.Fatalf("counters: %v", err)
 		}
-		if count != actual || bytes != actual2 {
-			tb.Errorf("%s/%s: pending %d envelopes, %d bytes; stored %d, %d", h, d, count, bytes, actual, actual2)
+		if pending != stored || pendingBytes != storedBytes {
+			tb.Errorf("%s/%s: counters say %d envelopes, %d bytes; %d, %d are stored", h, d, pending, pendingBytes, stored, storedBytes)
 		}
 	}
 	if err := rows.Err(); err != nil {
