@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -38,6 +40,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return mintToken(args, getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args, getenv, stdout, stderr)
+	case "probe":
+		return probe(ctx, args, stdout)
 	case "version":
 		fmt.Fprintln(stdout, "relay", version())
 		return nil
@@ -48,6 +52,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }
 
+// probe is a health check that needs nothing but this binary, for
+// container images that have no shell or curl.
+func probe(ctx context.Context, args []string, stdout io.Writer) error {
+	target := "http://127.0.0.1:8080/ready"
+	if len(args) > 0 {
+		target = args[0]
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe: %s answered %s", target, resp.Status)
+	}
+	fmt.Fprintln(stdout, "ok")
+	return nil
+}
+
 const usage = `usage: relay [command] [flags]
 
 commands:
@@ -55,4 +84,6 @@ commands:
   keygen   create an issuer key pair
   token    mint a device token with the issuer key
   migrate  apply the store's migrations and exit
+  probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
+           a health check for images without a shell
   version  print the version`

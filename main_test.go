@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -282,4 +283,22 @@ func TestFirstRun(t *testing.T) {
 			t.Fatalf("welcome text lacks %q:\n%s", want, p.out)
 		}
 	}
+}
+
+func TestProbe(t *testing.T) {
+	ok := httptestServer(t, http.StatusOK)
+	down := httptestServer(t, http.StatusServiceUnavailable)
+	if err := run(context.Background(), []string{"probe", ok}, env(nil), io.Discard, io.Discard); err != nil {
+		t.Fatalf("probe of a ready server: %v", err)
+	}
+	if err := run(context.Background(), []string{"probe", down}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Fatal("probe of a 503 server succeeded")
+	}
+}
+
+func httptestServer(t *testing.T, status int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
