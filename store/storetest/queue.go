@@ -17,22 +17,34 @@ func testAck(t *testing.T, open Opener) {
 		for i := range 5 {
 			sendOK(t, s, store.SendParams{Sender: "b", ID: strconv.Itoa(i), To: []string{"a"}, Payload: []byte("x")})
 		}
+		// later steps come long after the rest, so that a backend that
+		// writes last_seen only now and then writes on those acks too.
 		steps := []struct {
 			name   string
 			cursor int64
+			later  bool
 			want   store.Position
 			left   []int64 // seqs still stored
 		}{
-			{"position only", -1, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
-			{"zero moves nothing", 0, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
-			{"up", 2, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
-			{"same", 2, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
-			{"below never moves down", 1, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
-			{"position after", -1, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
-			{"to head", 5, store.Position{Cursor: 5, Head: 5}, nil},
+			{"position only", -1, false, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
+			{"zero moves nothing", 0, false, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
+			{"up", 2, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"same", 2, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"below never moves down", 1, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"below, later", 1, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"zero, later", 0, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"position after", -1, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"to head", 5, false, store.Position{Cursor: 5, Head: 5}, nil},
 		}
-		for _, st := range steps {
-			got := ack(t, s, hh, "a", st.cursor)
+		for i, st := range steps {
+			now := t0
+			if st.later {
+				now = t0.Add(time.Duration(i) * time.Hour)
+			}
+			got, err := s.Ack(ctx(t), store.AckParams{Household: hh, Device: "a", Cursor: st.cursor, Now: now})
+			if err != nil {
+				t.Fatalf("%s: Ack(%d): %v", st.name, st.cursor, err)
+			}
 			if got != st.want {
 				t.Errorf("%s: Ack(%d) = %+v, want %+v", st.name, st.cursor, got, st.want)
 			}
