@@ -1,0 +1,138 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// twoPairs has two accepted sends to r0 (seq 1, 2) and one to r1 (seq 1).
+func twoPairs() ([]sendRecord, []*pair) {
+	sends := []sendRecord{
+		{pair: 0, outcome: accepted, seq: 1},
+		{pair: 0, outcome: accepted, seq: 2},
+		{pair: 1, outcome: accepted, seq: 1},
+	}
+	pairs := []*pair{{idx: 0, sender: "s0", recipient: "r0"}, {idx: 1, sender: "s1", recipient: "r1"}}
+	return sends, pairs
+}
+
+func arrival(send int, seq int64, from string) received {
+	return received{send: send, seq: seq, from: from, payload: true, at: time.Now()}
+}
+
+func TestCheck(t *testing.T) {
+	type want struct{ delivered, lost, dup, reordered, unexpected, unconfirmed, errors int }
+	for _, tc := range []struct {
+		name string
+		edit func(sends []sendRecord, pairs []*pair)
+		r0   []received
+		r1   []received
+		want want
+	}{
+		{
+			name: "clean",
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3},
+		},
+		{
+			name: "lost",
+			r0:   []received{arrival(1, 2, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 2, lost: 1},
+		},
+		{
+			name: "duplicate is not also out of order",
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0"), arrival(0, 1, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, dup: 1},
+		},
+		{
+			name: "reordered",
+			r0:   []received{arrival(1, 2, "s0"), arrival(0, 1, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, reordered: 1},
+		},
+		{
+			name: "wrong recipient is unexpected and still lost",
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0"), arrival(2, 3, "s1")},
+			want: want{delivered: 2, lost: 1, unexpected: 1},
+		},
+		{
+			name: "wrong sender",
+			r0:   []received{arrival(0, 1, "s1"), arrival(1, 2, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 2, lost: 1, unexpected: 1},
+		},
+		{
+			name: "not one of ours",
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0"), arrival(-1, 3, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, unexpected: 1},
+		},
+		{
+			name: "refused yet delivered",
+			edit: func(s []sendRecord, _ []*pair) { s[2].outcome = refused },
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 2, unexpected: 1},
+		},
+		{
+			name: "refused and not delivered is no loss",
+			edit: func(s []sendRecord, _ []*pair) { s[2].outcome = refused },
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0")},
+			want: want{delivered: 2},
+		},
+		{
+			name: "unanswered but delivered",
+			edit: func(s []sendRecord, _ []*pair) { s[2].outcome = unknown },
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 2, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 2, unconfirmed: 1},
+		},
+		{
+			name: "seq differs from the answer",
+			r0:   []received{arrival(0, 1, "s0"), arrival(1, 3, "s0")},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, errors: 1},
+		},
+		{
+			name: "payload differs",
+			r0:   []received{arrival(0, 1, "s0"), {send: 1, seq: 2, from: "s0"}},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, errors: 1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sends, pairs := twoPairs()
+			if tc.edit != nil {
+				tc.edit(sends, pairs)
+			}
+			pairs[0].received, pairs[1].received = tc.r0, tc.r1
+			v := check(sends, pairs)
+			errs := 0
+			for _, n := range v.errors {
+				errs += n
+			}
+			got := want{v.delivered, v.lost, v.duplicates, v.reordered, v.unexpected, v.unconfirmed, errs}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPayloadCarriesItsID(t *testing.T) {
+	for _, size := range []int{1, 8, 256} {
+		p := payload("abcd-12", size)
+		if got, want := len(p), max(size, 7); got != want {
+			t.Errorf("size %d: len %d, want %d", size, got, want)
+		}
+		if string(p[:7]) != "abcd-12" {
+			t.Errorf("size %d: payload starts %q", size, p[:7])
+		}
+	}
+	if string(payload("a-1", 64)) == string(payload("a-2", 64)) {
+		t.Error("two ids gave the same payload")
+	}
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/loadtest/report"
+)
+
+// The relay and this tool are built once for the whole package.
+var (
+	relayBin    string
+	loadtestBin string
+	buildErr    error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "loadtest-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	if root, err := findModuleRoot(ctx, "."); err != nil {
+		buildErr = err
+	} else if relayBin, err = buildRelay(ctx, root, dir); err != nil {
+		buildErr = err
+	} else {
+		loadtestBin = filepath.Join(dir, "loadtest")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", loadtestBin, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("build loadtest: %w\n%s", err, out)
+		}
+	}
+	cancel()
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { os.RemoveAll(dir) }))
+}
+
+func needRelay(t *testing.T) string {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatalf("relay build: %v", buildErr)
+	}
+	return relayBin
+}
+
+// runTool runs the tool in-process and returns its report.
+func runTool(t *testing.T, args ...string) (*report.Report, string, error) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := run(ctx, append(args, "-out", out, "-progress", "1s"), func(string) string { return "" }, &stdout, &stderr)
+	if err != nil && !errors.Is(err, errChecksFailed) {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rep, rerr := report.Read(out)
+	if rerr != nil {
+		t.Fatalf("report: %v\nstderr:\n%s", rerr, stderr.String())
+	}
+	t.Logf("%s", stdout.String())
+	return rep, stdout.String(), err
+}
+
+// shortRun is a few seconds of tens of pairs with short polls.
+var shortRun = []string{"-pairs", "20", "-rate", "20", "-duration", "3s", "-wait", "2", "-drain", "8s"}
+
+func wantClean(t *testing.T, rep *report.Report) {
+	t.Helper()
+	if !rep.OK {
+		t.Errorf("report not OK: %v", rep.Failures)
+	}
+	if got, want := rep.Scheduled, 60; got != want {
+		t.Errorf("scheduled = %d, want %d", got, want)
+	}
+	if rep.Accepted != rep.Scheduled || rep.Delivered != rep.Accepted {
+		t.Errorf("accepted %d, delivered %d of %d scheduled", rep.Accepted, rep.Delivered, rep.Scheduled)
+	}
+	if rep.Lost+rep.Duplicates+rep.Reordered+rep.Unexpected != 0 {
+		t.Errorf("lost %d dup %d reordered %d unexpected %d", rep.Lost, rep.Duplicates, rep.Reordered, rep.Unexpected)
+	}
+	if got, want := rep.HeldPolls, 20; got != want {
+		t.Errorf("peak held polls = %d, want %d", got, want)
+	}
+	l := rep.LatencyMS
+	if l.AcceptedToReturned.N != rep.Delivered || l.StartedToReturned.N != rep.Delivered || l.SendRequest.N != rep.Accepted {
+		t.Errorf("latency samples %d/%d/%d, want one per delivery and per accepted send",
+			l.AcceptedToReturned.N, l.StartedToReturned.N, l.SendRequest.N)
+	}
+	// A generous sanity bound only: delivery to a held poll on loopback
+	// takes milliseconds, a missed wake-up takes a whole wait.
+	if l.StartedToReturned.P50 <= 0 || l.StartedToReturned.P50 > 1500 {
+		t.Errorf("started->returned p50 = %v ms", l.StartedToReturned.P50)
+	}
+	if rep.Relay.Source != "proc" || rep.Relay.CPUSecondsTotal <= 0 || rep.Relay.PeakRSSBytes <= 0 {
+		t.Errorf("relay figures missing: %+v", rep.Relay)
+	}
+	if rep.Git.Commit == "" || rep.Git.Commit == "unknown" || rep.Machine.CPUs < 1 || rep.Go == "" {
+		t.Errorf("provenance missing: git %+v machine %+v go %q", rep.Git, rep.Machine, rep.Go)
+	}
+}
+
+// TestShortRunSQLite boots the real relay on SQLite through the tool's own
+// stack code and checks the whole run.
+func TestShortRunSQLite(t *testing.T) {
+	bin := needRelay(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{name: "json", args: nil},
+		{name: "msgpack herd", args: []string{"-codec", "msgpack", "-herd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"-relay-bin", bin}, shortRun...), tc.args...)
+			rep, line, err := runTool(t, args...)
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+			wantClean(t, rep)
+			if rep.Store != "sqlite" || rep.Replicas != 1 {
+				t.Errorf("store %q replicas %d", rep.Store, rep.Replicas)
+			}
+			if !strings.HasPrefix(line, "ok: ") || strings.Count(line, "\n") != 1 {
+				t.Errorf("summary = %q, want one line starting ok:", line)
+			}
+		})
+	}
+}
+
+func benchDatabases(t *testing.T, admin string) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'relay_bench_%'")
+	if err != nil {
+		t.Fatalf("list databases: %v", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("list databases: %v", err)
+	}
+	out := map[string]bool{}
+	for _, n := range names {
+		out[n] = true
+	}
+	return out
+}
+
+// TestShortRunPostgresReplicas runs two relays on a throwaway Postgres
+// database with Redis wake-ups, each pair's sender on the other relay than
+// its recipient, and checks the database is dropped afterwards.
+func TestShortRunPostgresReplicas(t *testing.T) {
+	bin := needRelay(t)
+	pg := servicetest.PostgresURL(t)
+	rd := servicetest.RedisURL(t)
+	before := benchDatabases(t, pg)
+	args := append([]string{"-relay-bin", bin, "-store", "postgres", "-pg", pg, "-replicas", "2", "-redis", rd}, shortRun...)
+	rep, _, err := runTool(t, args...)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	wantClean(t, rep)
+	if rep.Store != "postgres" || rep.Replicas != 2 || rep.Relay.Processes != 2 {
+		t.Errorf("store %q replicas %d processes %d", rep.Store, rep.Replicas, rep.Relay.Processes)
+	}
+	for name := range benchDatabases(t, pg) {
+		if !before[name] {
+			t.Errorf("throwaway database %s was not dropped", name)
+		}
+	}
+}
+
+// faultyRelay is a reverse proxy in front of a real relay that changes
+// one non-empty poll answer with mutate.
+func faultyRelay(t *testing.T, target string, mutate func(envs []json.RawMessage) []json.RawMessage) *httptest.Server {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 1000}
+	var done atomic.Bool
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = tr
+	// The tool cancels its held polls at the end; that is not news.
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.URL.Path != "/v1/poll" || resp.StatusCode != http.StatusOK || done.Load() {
+			return nil
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		var body map[string]json.RawMessage
+		if err := json.Unmarshal(b, &body); err != nil {
+			return err
+		}
+		var envs []json.RawMessage
+		if err := json.Unmarshal(body["envelopes"], &envs); err != nil {
+			return err
+		}
+		if len(envs) > 0 && done.CompareAndSwap(false, true) {
+			if body["envelopes"], err = json.Marshal(mutate(envs)); err != nil {
+				return err
+			}
+			if b, err = json.Marshal(body); err != nil {
+				return err
+			}
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+		if !done.Load() {
+			t.Errorf("the faulty relay never changed a poll answer")
+		}
+	})
+	return srv
+}
+
+// bootForFault boots a real relay through the tool's stack code.
+func bootForFault(t *testing.T) *stack {
+	t.Helper()
+	bin := needRelay(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := bootStack(context.Background(), stackParams{bin: bin, store: "sqlite", replicas: 1, wait: 2}, logger)
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.close(context.Background()); err != nil {
+			t.Errorf("tear down: %v", err)
+		}
+	})
+	return st
+}
+
+// TestExitsOneWhenRelayDropsAnEnvelope runs the built tool against a relay
+// that removes one envelope from one poll answer (its cursor still covers
+// it, so the client acknowledges it unseen). The tool must exit 1 and
+// report exactly that one loss. Breaking the loss count in check (never
+// incrementing lost) turned this test red, as it should.
+func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
+	st := bootForFault(t)
+	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return envs[1:] })
+	out := filepath.Join(t.TempDir(), "report.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, loadtestBin, append([]string{"-url", proxy.URL, "-out", out}, shortRun...)...)
+	cmd.Env = append(relayEnv(os.Environ()), "LOAD_ISSUER_PRIVATE_KEY="+base64.StdEncoding.EncodeToString(st.key.Seed()))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit = %v, want status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	rep, err := report.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || rep.Lost != 1 || rep.Duplicates != 0 || rep.Unexpected != 0 {
+		t.Errorf("ok %v lost %d dup %d unexpected %d, want one loss and nothing else", rep.OK, rep.Lost, rep.Duplicates, rep.Unexpected)
+	}
+	if rep.Delivered != rep.Accepted-1 {
+		t.Errorf("delivered %d of %d accepted, want all but one", rep.Delivered, rep.Accepted)
+	}
+	if !strings.HasPrefix(stdout.String(), "FAIL: ") {
+		t.Errorf("summary = %q, want FAIL", stdout.String())
+	}
+	if rep.Config.Target != proxy.URL || strings.Contains(strings.Join(rep.Command, " "), base64.StdEncoding.EncodeToString(st.key.Seed())) {
+		t.Errorf("target %q command %q: want the URL and no key", rep.Config.Target, rep.Command)
+	}
+}
+
+// TestFailsWhenRelayDuplicatesAnEnvelope: one poll answer carries its
+// first envelope twice.
+func TestFailsWhenRelayDuplicatesAnEnvelope(t *testing.T) {
+	st := bootForFault(t)
+	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return append(envs, envs[0]) })
+	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
+	rep, _, err := runTool(t, append([]string{"-url", proxy.URL, "-issuer-key", seed}, shortRun...)...)
+	if !errors.Is(err, errChecksFailed) {
+		t.Errorf("run = %v, want the checks to fail", err)
+	}
+	if rep.OK || rep.Duplicates != 1 || rep.Lost != 0 || rep.Reordered != 0 {
+		t.Errorf("ok %v dup %d lost %d reordered %d, want exactly one duplicate", rep.OK, rep.Duplicates, rep.Lost, rep.Reordered)
+	}
+}
