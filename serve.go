@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/postgres"
@@ -68,14 +69,32 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() {
+		if st != nil {
+			st.Close()
+		}
+	}()
 	hub, closeHub, err := openHub(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeHub()
 
-	srv, err := relay.New(cfg, relay.Deps{Store: st, Hub: hub, Logger: log.With("component", "api")})
+	pq, err := push.New(pushConfig(cfg, log), func(ctx context.Context, j push.Job) {
+		// The provider said the target is gone: forget it, unless the
+		// device registered another one meanwhile.
+		if err := st.ClearPush(ctx, j.Household, j.Device, store.PushTarget(j.Target)); err != nil {
+			log.Warn("clearing a gone push target", "err", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("push settings: %w", err)
+	}
+	defer pq.Close(context.Background()) // a no-op after the drain below
+	srv, err := relay.New(cfg, relay.Deps{
+		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"),
+		CheckEndpoint: func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, cfg.PushAllowPrivate) },
+	})
 	if err != nil {
 		return err
 	}
@@ -108,11 +127,27 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if shutdownErr != nil {
 		log.Warn("shutdown grace ran out; closed remaining connections", "err", shutdownErr)
 	}
-	if err := st.Close(); err != nil {
+	// Pushes in flight get what is left of the grace; the rest are dropped
+	// and counted (their envelopes wait for the next poll).
+	pq.Close(sctx)
+	err = st.Close()
+	st = nil
+	if err != nil {
 		return fmt.Errorf("closing store: %w", err)
 	}
 	log.Info("stopped")
 	return nil
+}
+
+func pushConfig(cfg relay.Config, log *slog.Logger) push.Config {
+	return push.Config{
+		Workers:      cfg.PushWorkers,
+		QueueSize:    cfg.PushQueue,
+		AllowPrivate: cfg.PushAllowPrivate,
+		APNs:         push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL},
+		FCM:          push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
+		Logger:       log.With("component", "push"),
+	}
 }
 
 func storeKind(url string) string {

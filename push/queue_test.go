@@ -359,30 +359,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnv(t *testing.T) {
-	env := map[string]string{
-		"FN_PUSH_WORKERS": "3", "FN_PUSH_QUEUE": "50", "FN_PUSH_ALLOW_PRIVATE": "true",
-		"FN_APNS_KEY_FILE": "/k.p8", "FN_APNS_URL": "https://api.sandbox.push.apple.com",
-		"FN_FCM_TOKEN_URL": "http://127.0.0.1:1/token",
-	}
-	cfg, err := ConfigFromEnv(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Workers != 3 || cfg.QueueSize != 50 || !cfg.AllowPrivate || cfg.APNs.KeyFile != "/k.p8" ||
-		cfg.APNs.URL != env["FN_APNS_URL"] || cfg.FCM.TokenURL != env["FN_FCM_TOKEN_URL"] {
-		t.Errorf("config %+v", cfg)
-	}
-	cfg, err = ConfigFromEnv(func(string) string { return "" })
-	if err != nil || cfg.Workers != DefaultWorkers || cfg.QueueSize != DefaultQueueSize || cfg.AllowPrivate {
-		t.Errorf("defaults: %+v, %v", cfg, err)
-	}
-	for _, bad := range []map[string]string{{"FN_PUSH_WORKERS": "0"}, {"FN_PUSH_QUEUE": "x"}, {"FN_PUSH_ALLOW_PRIVATE": "perhaps"}} {
-		if _, err := ConfigFromEnv(func(k string) string { return bad[k] }); err == nil {
-			t.Errorf("ConfigFromEnv(%v) accepted", bad)
-		}
-	}
-}
 
 // BenchmarkEnqueue measures Enqueue against a full queue whose workers are
 // stuck: the cost a send pays when pushes back up (drops and coalescing).

@@ -181,6 +181,32 @@ var settings = []Setting{
 		c.SendBurst = int(n)
 		return err
 	}},
+	{"FN_PUSH_WORKERS", "8", "pushes sent at a time", func(c *Config, v string) error {
+		n, err := positive(v, 10000)
+		c.PushWorkers = int(n)
+		return err
+	}},
+	{"FN_PUSH_QUEUE", "1024", "pushes waiting; past it a push is dropped and counted (the envelope waits for the next poll)", func(c *Config, v string) error {
+		n, err := positive(v, 1<<24)
+		c.PushQueue = int(n)
+		return err
+	}},
+	{"FN_PUSH_ALLOW_PRIVATE", "false", "allow UnifiedPush endpoints on loopback, private and link-local addresses", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		c.PushAllowPrivate = b
+		return nil
+	}},
+	{"FN_APNS_KEY_FILE", "", "APNs token-auth key (.p8); empty: no APNs pushes", str(func(c *Config) *string { return &c.APNsKeyFile })},
+	{"FN_APNS_KEY_ID", "", "APNs key id", str(func(c *Config) *string { return &c.APNsKeyID })},
+	{"FN_APNS_TEAM_ID", "", "Apple developer team id", str(func(c *Config) *string { return &c.APNsTeamID })},
+	{"FN_APNS_TOPIC", "", "the app's bundle id (apns-topic)", str(func(c *Config) *string { return &c.APNsTopic })},
+	{"FN_APNS_URL", "https://api.push.apple.com", "APNs base URL (https://api.sandbox.push.apple.com for development builds)", str(func(c *Config) *string { return &c.APNsURL })},
+	{"FN_FCM_CREDENTIALS_FILE", "", "FCM service-account JSON file; empty: no FCM pushes", str(func(c *Config) *string { return &c.FCMCredentialsFile })},
+	{"FN_FCM_URL", "https://fcm.googleapis.com", "FCM HTTP v1 base URL", str(func(c *Config) *string { return &c.FCMURL })},
+	{"FN_FCM_TOKEN_URL", "", "OAuth token URL; empty: the credentials file's token_uri", str(func(c *Config) *string { return &c.FCMTokenURL })},
 	{"FN_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		switch v {
 		case "debug", "info", "warn", "error":

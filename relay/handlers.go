@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
@@ -301,7 +302,7 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	}
 	for i, d := range ds {
 		if !d.Push.Empty() && !s.hub.Held(keys[i]) {
-			s.push.Enqueue(household, d.Device, d.Push)
+			s.push.Enqueue(push.Job{Household: household, Device: d.Device, Target: push.Target(d.Push)})
 		}
 	}
 }

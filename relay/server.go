@@ -19,14 +19,15 @@ import (
 	"github.com/go-chi/chi/v5"
 	"golang.org/x/time/rate"
 
+	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
 )
 
 // Pusher queues a content-free push for a device that holds no poll here.
-// Enqueue must never block.
+// Enqueue must never block; *push.Queue is one.
 type Pusher interface {
-	Enqueue(household, device string, target store.PushTarget) bool
+	Enqueue(j push.Job) bool
 }
 
 // Deps are the relay's collaborators, built and owned by the caller.

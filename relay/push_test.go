@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/flamenet/relay/push"
+	"github.com/flamenet/relay/store"
+)
+
+// upFake is a UnifiedPush endpoint that records what it is sent, and can be
+// told that a target is gone.
+type upFake struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	got   map[string][]string // path -> bodies
+	gone  map[string]bool
+	calls chan string
+}
+
+func newUPFake(t *testing.T) *upFake {
+	f := &upFake{got: map[string][]string{}, gone: map[string]bool{}, calls: make(chan string, 100)}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.got[r.URL.Path] = append(f.got[r.URL.Path], string(b))
+		gone := f.gone[r.URL.Path]
+		f.mu.Unlock()
+		if gone {
+			w.WriteHeader(http.StatusGone)
+		} else {
+			w.WriteHeader(http.StatusCreated)
+		}
+		f.calls <- r.URL.Path
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *upFake) count(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.got[path])
+}
+
+// TestPushAfterSend: a send to a device that holds no poll makes exactly
+// one push, a device holding a poll gets none, a gone target is cleared and
+// gets no further pushes, and no push carries the payload.
+func TestPushAfterSend(t *testing.T) {
+	fake := newUPFake(t)
+	h := newHarness(t, nil)
+	q, err := push.New(push.Config{AllowPrivate: true}, func(ctx context.Context, j push.Job) {
+		if err := h.db.ClearPush(ctx, j.Household, j.Device, store.PushTarget(j.Target)); err != nil {
+			t.Errorf("clear push: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(context.Background())
+	h.srv.push = q
+	h.srv.check = func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, true) }
+
+	reg := func(dev string) string {
+		tok := h.token("home", dev)
+		h.must("POST", "/v1/register", tok, map[string]any{"push": map[string]string{"kind": "unifiedpush", "endpoint": fake.srv.URL + "/" + dev}}, http.StatusOK)
+		return tok
+	}
+	phone, laptop := reg("phone"), reg("laptop")
+	const secret = "secret-payload-marker"
+
+	// The phone holds no poll: one push.
+	h.send(laptop, "1", []byte(secret), "phone")
+	if p := <-fake.calls; p != "/phone" {
+		t.Fatalf("push went to %s", p)
+	}
+
+	// The laptop holds a poll: the send wakes it and pushes nothing.
+	held := make(chan pollResponse, 1)
+	go func() { held <- h.poll(laptop, "wait=30") }()
+	eventually(t, "laptop poll held", func() bool { return h.srv.HeldPolls() == 1 })
+	h.send(phone, "2", []byte(secret), "laptop")
+	if p := <-held; len(p.Envelopes) != 1 {
+		t.Fatalf("held poll = %+v", p)
+	}
+
+	// The phone's target goes away: the provider says 410, the relay
+	// clears it, and later sends push nothing.
+	fake.mu.Lock()
+	fake.gone["/phone"] = true
+	fake.mu.Unlock()
+	h.send(laptop, "3", []byte(secret), "phone")
+	<-fake.calls
+	eventually(t, "push target cleared", func() bool {
+		ds, err := h.db.Devices(context.Background(), store.ListParams{Household: "home", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Name == "phone" {
+				return d.Push.Empty()
+			}
+		}
+		return false
+	})
+	h.send(laptop, "4", []byte(secret), "phone")
+	// A marker send to the laptop (no poll held now) proves the queue has
+	// moved past send 4 by the time its push arrives.
+	h.send(phone, "5", []byte(secret), "laptop")
+	if p := <-fake.calls; p != "/laptop" {
+		t.Fatalf("push went to %s after the target was cleared", p)
+	}
+	if n := fake.count("/phone"); n != 2 {
+		t.Fatalf("phone got %d pushes, want 2 (send 1, and send 3 that found it gone)", n)
+	}
+	if n := fake.count("/laptop"); n != 1 {
+		t.Fatalf("laptop got %d pushes, want 1 (none while its poll was held)", n)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	for path, bodies := range fake.got {
+		for _, b := range bodies {
+			if strings.Contains(b, secret) || strings.Contains(b, "c2VjcmV0") {
+				t.Fatalf("push to %s carried the payload: %q", path, b)
+			}
+		}
+	}
+}
+
+// TestRegisterRefusesPrivateEndpoint: without FN_PUSH_ALLOW_PRIVATE a
+// UnifiedPush endpoint on a loopback or private address is a 400.
+func TestRegisterRefusesPrivateEndpoint(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.check = func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, false) }
+	tok := h.token("home", "phone")
+	for _, ep := range []string{"http://127.0.0.1:9/x", "https://10.0.0.1/x", "http://localhost/x", "http://[::1]/x", "http://169.254.169.254/latest"} {
+		r := h.must("POST", "/v1/register", tok, map[string]any{"push": map[string]string{"kind": "unifiedpush", "endpoint": ep}}, http.StatusBadRequest)
+		if r.errCode(t) != codeBadRequest {
+			t.Fatalf("%s: %s", ep, r.body)
+		}
+	}
+}
