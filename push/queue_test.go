@@ -359,7 +359,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-
 // BenchmarkEnqueue measures Enqueue against a full queue whose workers are
 // stuck: the cost a send pays when pushes back up (drops and coalescing).
 func BenchmarkEnqueue(b *testing.B) {

@@ -36,30 +36,30 @@ type Config struct {
 	StoreTimeout        time.Duration
 	SQLiteSynchronous   string
 
-	RelayReplicas         int
-	RedisURL              string
-	RedisConnsPerLoop     int // 0: 512 with several replicas, 32 with one; see RedisPoolSize
-	PostgresConnsPerLoop  int
-	SendInflight          int
-	SendRate              float64
-	SendBurst             int
-	MaxHeldPolls          int // 0: derived from the open-file limit
-	EnvelopeTTL           time.Duration
-	MetricsAddr           string
-	PushWorkers           int
-	PushQueue             int
-	PushAllowPrivate      bool
-	APNsKeyFile           string
-	APNsKeyID             string
-	APNsTeamID            string
-	APNsTopic             string
-	APNsURL               string
-	FCMCredentialsFile    string
-	FCMURL                string
-	FCMTokenURL           string
-	LogLevel              string
-	LogFormat             string
-	issuerKeysConfigured  bool
+	RelayReplicas        int
+	RedisURL             string
+	RedisConnsPerLoop    int // 0: 512 with several replicas, 32 with one; see RedisPoolSize
+	PostgresConnsPerLoop int
+	SendInflight         int
+	SendRate             float64
+	SendBurst            int
+	MaxHeldPolls         int // 0: derived from the open-file limit
+	EnvelopeTTL          time.Duration
+	MetricsAddr          string
+	PushWorkers          int
+	PushQueue            int
+	PushAllowPrivate     bool
+	APNsKeyFile          string
+	APNsKeyID            string
+	APNsTeamID           string
+	APNsTopic            string
+	APNsURL              string
+	FCMCredentialsFile   string
+	FCMURL               string
+	FCMTokenURL          string
+	LogLevel             string
+	LogFormat            string
+	issuerKeysConfigured bool
 }
 
 // Setting is one configuration knob: its environment variable, the flag
