@@ -160,7 +160,7 @@ func TestNeverLocked(t *testing.T) {
 	other := openTB(t, path)
 	defer other.Close()
 
-	const writers, sendsEach = 8, 15
+	const writers, sendsEach = 8, 10
 	devices := []string{"a", "b", "c", "d"}
 	for _, d := range devices {
 		if _, err := db.Register(ctx, store.RegisterParams{Household: "h", Device: d, Now: t0}); err != nil {
@@ -474,4 +474,18 @@ func Example() {
 	res, _ := db.Send(ctx, store.SendParams{Household: "home", Sender: "laptop", ID: "1", To: []string{"phone"}, Payload: []byte("hi"), Now: time.Now()})
 	fmt.Println(res.Deliveries[0].Device, res.Deliveries[0].Seq)
 	// Output: phone 1
+}
+
+// TestOddPath: the DSN is a file: URI, so a path holding URI syntax must
+// still name the file it says, and a missing directory is created.
+func TestOddPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "my dir?x=1#frag%20", "relay.db")
+	db := openTB(t, path)
+	defer db.Close()
+	if _, err := db.Register(t.Context(), store.RegisterParams{Household: "h", Device: "a", Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at its path: %v", err)
+	}
 }

@@ -52,7 +52,7 @@ func deviceNames(prefix string, n int) []string {
 // must then hold each of its envelopes exactly once, at the seq its send
 // reported, numbered 1, 2, 3, ... without a gap.
 func testFanOut(t *testing.T, open Opener) {
-	const senders, sendsEach = 50, 8
+	const senders, sendsEach = 50, 5
 	s := fresh(t, open)
 	devices := deviceNames("d", 10)
 	register(t, s, hh, devices...)
@@ -116,7 +116,7 @@ func testFanOut(t *testing.T, open Opener) {
 // fail, every envelope arrives exactly once and in order, and no one ever
 // sees a cursor or head move down.
 func testRaces(t *testing.T, open Opener) {
-	const senders, sendsEach = 10, 10
+	const senders, sendsEach = 10, 6
 	s := fresh(t, open)
 	devices := deviceNames("r", 6)
 	register(t, s, hh, devices...)

@@ -181,8 +181,9 @@ func testFetch(t *testing.T, open Opener) {
 
 	t.Run("RoundTrip", func(t *testing.T) {
 		payload := []byte{0, 1, 2, 0xff, 0xfe, 0, '\n', '"', 0}
+		id := `c1f9 ~!'"\%_*?` // printable ASCII, quotes and wildcards included
 		sentAt := t0.Add(1234567 * time.Microsecond).In(time.FixedZone("CET", 3600))
-		sendOK(t, s, store.SendParams{Sender: "sender-1", ID: "c1f9-ü!~", To: []string{"b", "big"}, Payload: payload, Now: sentAt})
+		sendOK(t, s, store.SendParams{Sender: "sender-1", ID: id, To: []string{"b", "big"}, Payload: payload, Now: sentAt})
 		large := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB, the largest envelope
 		sendOK(t, s, store.SendParams{Sender: "a", ID: "large", To: []string{"big"}, Payload: large, Now: t0})
 
@@ -191,8 +192,8 @@ func testFetch(t *testing.T, open Opener) {
 			t.Fatalf("got %d envelopes, want 2", len(es))
 		}
 		e := es[0]
-		if e.Seq != 1 || e.ID != "c1f9-ü!~" || e.From != "sender-1" || !bytes.Equal(e.Payload, payload) {
-			t.Errorf("envelope = %+v, want seq 1 id c1f9-ü!~ from sender-1 payload %x", e, payload)
+		if e.Seq != 1 || e.ID != id || e.From != "sender-1" || !bytes.Equal(e.Payload, payload) {
+			t.Errorf("envelope = %+v, want seq 1 id %q from sender-1 payload %x", e, id, payload)
 		}
 		if !e.SentAt.Equal(sentAt) {
 			t.Errorf("SentAt = %v, want %v to the microsecond", e.SentAt, sentAt)
