@@ -327,7 +327,7 @@ func TestCloseRacingSubscribe(t *testing.T) {
 		for i := range 8 {
 			wg.Go(func() {
 				for j := range 2000 {
-					w, err := h.SubscribeLocal(key(i*1000 + j))
+					w, err := h.SubscribeLocal(key(i*10000 + j))
 					if errors.Is(err, wake.ErrClosed) {
 						return
 					}
@@ -386,7 +386,7 @@ func TestConcurrentChurn(t *testing.T) {
 	var polls sync.WaitGroup
 	for i := range 16 {
 		polls.Go(func() {
-			for range 500 {
+			for range 200 {
 				w, err := h.Subscribe(context.Background(), key(i%keys))
 				if err != nil {
 					t.Errorf("Subscribe: %v", err)

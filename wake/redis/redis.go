@@ -87,9 +87,17 @@ type Hub struct {
 	wg     sync.WaitGroup
 
 	// failing is set by the first failed wait of an outage and cleared by
-	// the first successful BRPOP after it, so each is logged once.
-	failing atomic.Bool
+	// the first successful BRPOP after it, so each is logged once. At the
+	// pool ceiling waits fail and succeed by turns; lastWarn (unix nanos)
+	// keeps that from logging more than once per warnEvery, and warned
+	// pairs each recovery line with a logged failure.
+	failing  atomic.Bool
+	warned   atomic.Bool
+	lastWarn atomic.Int64
 }
+
+// warnEvery is the least time between two "redis wait failed" lines.
+const warnEvery = 10 * time.Second
 
 var _ wake.Hub = (*Hub)(nil)
 
@@ -256,7 +264,12 @@ func (w *Waiter) Wait(ctx context.Context) error {
 // poll re-reads the store: polling, not silence, while Redis is away.
 func (h *Hub) failed(ctx context.Context, lw *local.Waiter, err error) error {
 	if h.failing.CompareAndSwap(false, true) {
-		h.log.Warn("redis wait failed; held polls fall back to polling", "err", err, "retry", h.cfg.Retry)
+		now := time.Now().UnixNano()
+		last := h.lastWarn.Load()
+		if now-last >= int64(warnEvery) && h.lastWarn.CompareAndSwap(last, now) {
+			h.warned.Store(true)
+			h.log.Warn("redis wait failed; held polls fall back to polling", "err", err, "retry", h.cfg.Retry)
+		}
 	}
 	t := time.NewTimer(h.cfg.Retry)
 	defer t.Stop()
@@ -336,7 +349,7 @@ func (h *Hub) run(ctx context.Context, key string, deadline time.Time, p *pop) {
 			p.deliver(err)
 			return
 		}
-		if h.failing.CompareAndSwap(true, false) {
+		if h.failing.CompareAndSwap(true, false) && h.warned.CompareAndSwap(true, false) {
 			h.log.Info("redis wait recovered; held polls wait again")
 		}
 		if !got {
