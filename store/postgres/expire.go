@@ -59,15 +59,15 @@ WITH page AS (
     ORDER BY created_at, id
     LIMIT $4
 ), gone AS (
-    DELETE FROM sends s USING page
-    WHERE s.id = page.id
-      AND NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.send_ref = s.id)
-    RETURNING s.id
-), last AS (
-    SELECT created_at, id FROM page ORDER BY created_at DESC, id DESC LIMIT 1
+    DELETE FROM sends
+    WHERE id = ANY (ARRAY(
+        SELECT id FROM page
+        WHERE NOT EXISTS (SELECT 1 FROM envelopes e WHERE e.send_ref = page.id)))
+    RETURNING id
 )
-SELECT (SELECT count(*) FROM page), (SELECT count(*) FROM gone), last.created_at, last.id
-FROM (SELECT 1) one LEFT JOIN last ON true`
+SELECT count(*), (SELECT count(*) FROM gone),
+       max(created_at), (array_agg(id ORDER BY created_at DESC, id DESC))[1]
+FROM page`
 
 // Expire deletes expired envelopes, then send records, in batches of at
 // most p.Batch rows, each batch its own short transaction, so that it never
@@ -94,8 +94,8 @@ func (db *DB) Expire(ctx context.Context, p store.ExpireParams) (store.ExpireRes
 	if !p.SendsBefore.IsZero() {
 		before := micro(p.SendsBefore)
 		var (
-			afterAt = time.Time{}
-			afterID = int64(0)
+			afterAt time.Time
+			afterID int64
 		)
 		for {
 			var (
@@ -109,7 +109,7 @@ func (db *DB) Expire(ctx context.Context, p store.ExpireParams) (store.ExpireRes
 				return res, classify("expire: sends", err)
 			}
 			res.Sends += deleted
-			if scanned < int64(n) || lastAt == nil {
+			if scanned < int64(n) {
 				break
 			}
 			afterAt, afterID = *lastAt, *lastID
