@@ -18,6 +18,7 @@ import (
 
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/token"
+	"github.com/flamenet/relay/wake"
 	"github.com/flamenet/relay/wake/local"
 )
 
@@ -32,13 +33,27 @@ type harness struct {
 	srv    *Server
 	url    string
 	key    ed25519.PrivateKey
-	db     *sqlite.DB
-	hub    *local.Hub
+	db     *sqlite.DB // set by newHarness only
+	hub    wake.Hub
 	client *http.Client
 	served chan error
 }
 
 func newHarness(t testing.TB, mutate func(*Config)) *harness {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h := newHarnessWith(t, Deps{Store: db, Hub: local.New()}, mutate)
+	h.db = db
+	return h
+}
+
+// newHarnessWith serves deps (a store and a hub the caller closes) on a
+// loopback socket.
+func newHarnessWith(t testing.TB, deps Deps, mutate func(*Config)) *harness {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -49,13 +64,7 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	ctx := context.Background()
-	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hub := local.New()
-	srv, err := New(cfg, Deps{Store: db, Hub: hub})
+	srv, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +73,7 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{
-		t: t, srv: srv, url: "http://" + ln.Addr().String(), key: key, db: db, hub: hub,
+		t: t, srv: srv, url: "http://" + ln.Addr().String(), key: key, hub: deps.Hub,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
 		served: make(chan error, 1),
 	}
@@ -72,7 +81,6 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 	t.Cleanup(func() {
 		h.shutdown()
 		h.client.CloseIdleConnections()
-		db.Close()
 	})
 	return h
 }

@@ -23,24 +23,30 @@ import (
 // empty. That was tried; keep the order.
 func TestPollNoLostWakeup(t *testing.T) {
 	h := newHarness(t, nil)
-	phone := h.register("home", "phone")
-	sender := h.token("home", "laptop")
 	iterations := 2000
 	if testing.Short() {
 		iterations = 200
 	}
+	testNoLostWakeup(t, h, h, iterations)
+}
+
+// testNoLostWakeup polls on relay at and sends through relay from in the
+// window between the poll's first read and its wait.
+func testNoLostWakeup(t *testing.T, at, from *harness, iterations int) {
+	phone := at.register("home", "phone")
+	sender := from.token("home", "laptop")
 	var seq int64
-	h.srv.afterFirstRead = func(k wake.Key) {
+	at.srv.afterFirstRead = func(k wake.Key) {
 		// A real send through the API, committed and signalled while the
 		// poll is between its read and its wait.
-		r, err := h.do(context.Background(), "POST", "/v1/send", sender, map[string]any{"id": fmt.Sprint(seq + 1), "to": []string{"phone"}, "payload": []byte("x")})
+		r, err := from.do(context.Background(), "POST", "/v1/send", sender, map[string]any{"id": fmt.Sprint(seq + 1), "to": []string{"phone"}, "payload": []byte("x")})
 		if err != nil || r.status != http.StatusAccepted {
 			t.Errorf("send in the window: %v %d %s", err, r.status, r.body)
 		}
 	}
 	for i := range iterations {
 		start := time.Now()
-		p := h.poll(phone, fmt.Sprintf("cursor=%d&wait=5", seq))
+		p := at.poll(phone, fmt.Sprintf("cursor=%d&wait=5", seq))
 		if len(p.Envelopes) != 1 || p.Envelopes[0].Seq != seq+1 {
 			t.Fatalf("iteration %d: poll answered %+v after %v: the wake-up was lost", i, p, time.Since(start))
 		}

@@ -1,0 +1,314 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/store/postgres"
+	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/wake"
+	"github.com/flamenet/relay/wake/local"
+	wakeredis "github.com/flamenet/relay/wake/redis"
+)
+
+// redisHub is a Redis wake hub on url with a key prefix of the test's own.
+func redisHub(t *testing.T, url, prefix string, pool int) wake.Hub {
+	t.Helper()
+	client, err := wakeredis.NewClient(url, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return wakeredis.New(client, wakeredis.Config{Prefix: prefix, Retry: time.Second})
+}
+
+// replicas serves two relays that share one SQLite store and wake each
+// other through Redis at url, as two replicas would.
+func replicas(t *testing.T, url string, pool int) (a, b *harness) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	prefix := servicetest.KeyPrefix()
+	a = newHarnessWith(t, Deps{Store: db, Hub: redisHub(t, url, prefix, pool)}, nil)
+	b = newHarnessWith(t, Deps{Store: db, Hub: redisHub(t, url, prefix, pool)}, nil)
+	b.key = a.key
+	b.srv.keys = a.srv.keys
+	return a, b
+}
+
+// TestRedisNoLostWakeup: a send through one replica, committed between a
+// poll's first read and its BRPOP on the other, wakes the poll at once.
+func TestRedisNoLostWakeup(t *testing.T) {
+	a, b := replicas(t, servicetest.RedisURL(t), 8)
+	testNoLostWakeup(t, b, a, 300)
+}
+
+// heldPoll starts a poll on h and returns its answer on a channel.
+func heldPoll(h *harness, tok, query string) <-chan pollResponse {
+	ch := make(chan pollResponse, 1)
+	go func() {
+		r, err := h.do(context.Background(), "GET", "/v1/poll?"+query, tok, nil)
+		var p pollResponse
+		if err != nil || r.status != http.StatusOK {
+			h.t.Errorf("poll: %v %d %s", err, r.status, r.body)
+		} else {
+			r.json(h.t, &p)
+		}
+		ch <- p
+	}()
+	return ch
+}
+
+// sendAndWait sends one envelope through from to a poll held on at and
+// returns how long the poll took to answer after the send was accepted.
+func sendAndWait(t *testing.T, from, at *harness, recipient, sender string, cursor int64) time.Duration {
+	t.Helper()
+	before := at.srv.HeldPolls()
+	ch := heldPoll(at, recipient, fmt.Sprintf("cursor=%d&wait=30", cursor))
+	eventually(t, "poll held", func() bool { return at.srv.HeldPolls() > before })
+	from.send(sender, fmt.Sprint("m", cursor+1), []byte("x"), "phone")
+	accepted := time.Now()
+	select {
+	case p := <-ch:
+		if len(p.Envelopes) != 1 || p.Envelopes[0].Seq != cursor+1 {
+			t.Fatalf("poll = %+v", p)
+		}
+		return time.Since(accepted)
+	case <-time.After(15 * time.Second):
+		t.Fatal("a held poll was not woken within 15 s")
+		return 0
+	}
+}
+
+// TestRedisOutage: with Redis stopped, sends still answer 202 and held
+// polls still deliver, by one-second polling; nothing is lost; when Redis
+// is back wake-ups are immediate again.
+func TestRedisOutage(t *testing.T) {
+	rs := servicetest.StartRedis(t)
+	a, b := replicas(t, rs.URL(), 8)
+	phone := b.register("home", "phone")
+	laptop := a.token("home", "laptop")
+	var cursor int64
+
+	if d := sendAndWait(t, a, b, phone, laptop, cursor); d > 900*time.Millisecond {
+		t.Logf("wake-up with Redis up took %v", d)
+	}
+	cursor++
+
+	rs.Stop()
+	for range 3 {
+		d := sendAndWait(t, a, b, phone, laptop, cursor)
+		t.Logf("with Redis down, delivered %v after the send", d)
+		cursor++
+	}
+
+	rs.Start()
+	// Immediate again: a wake-up well under the one-second fallback,
+	// within a bounded number of tries while the pool reconnects.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d := sendAndWait(t, a, b, phone, laptop, cursor)
+		cursor++
+		if d < 500*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wake-ups still take %v after Redis came back", d)
+		}
+	}
+	// Nothing lost: sendAndWait checked that each send arrived as the
+	// next seq, so every envelope was delivered once and in order; and
+	// nothing is left over.
+	if p := b.poll(phone, fmt.Sprintf("cursor=%d", cursor)); len(p.Envelopes) != 0 || p.Cursor != cursor {
+		t.Fatalf("after the outage: %+v, want cursor %d and nothing waiting", p, cursor)
+	}
+}
+
+// TestRedisPoolExhausted: more held polls than the Redis pool has
+// connections still all deliver, more slowly.
+func TestRedisPoolExhausted(t *testing.T) {
+	a, b := replicas(t, servicetest.RedisURL(t), 1)
+	const n = 12 // the pool is 1 x GOMAXPROCS; keep n above it
+	if pool := 1 * maxProcs(); n <= pool {
+		t.Skipf("GOMAXPROCS %d too high for this test", pool)
+	}
+	laptop := a.token("home", "laptop")
+	var chans []<-chan pollResponse
+	for i := range n {
+		tok := b.register("home", fmt.Sprint("d", i))
+		chans = append(chans, heldPoll(b, tok, "wait=30"))
+	}
+	eventually(t, "polls held", func() bool { return b.srv.HeldPolls() == n })
+	for i := range n {
+		a.send(laptop, fmt.Sprint("m", i), []byte("x"), fmt.Sprint("d", i))
+	}
+	for i, ch := range chans {
+		select {
+		case p := <-ch:
+			if len(p.Envelopes) != 1 {
+				t.Fatalf("d%d: %+v", i, p)
+			}
+		case <-time.After(25 * time.Second):
+			t.Fatalf("d%d not delivered with the pool exhausted", i)
+		}
+	}
+}
+
+// proxy forwards TCP to a target and can be cut (connections closed, new
+// ones refused) and restored, to make a server unreachable on demand.
+type proxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(func() { p.cut(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = true, true
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
+			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *proxy) restore() {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serve(ln)
+}
+
+// TestPostgresUnreachable: with Postgres unreachable, sends and polls answer
+// 503 unavailable with Retry-After (no hang, no 500), /ready says 503, and
+// the relay recovers by itself when Postgres returns.
+func TestPostgresUnreachable(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	u, err := urlWithHost(dbURL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u)
+	viaProxy, _ := urlWithHost(dbURL, px.addr)
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: viaProxy, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := newHarnessWith(t, Deps{Store: st, Hub: newLocalHub()}, func(c *Config) { c.StoreTimeout = 2 * time.Second })
+	phone := h.register("home", "phone")
+	h.send(phone, "before", []byte("x"), "phone")
+
+	px.cut()
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/send", `{"id":"during","to":["phone"],"payload":"eA=="}`},
+		{"GET", "/v1/poll?cursor=0&wait=5", ""},
+		{"POST", "/v1/register", ""},
+		{"POST", "/v1/ack", `{"cursor":1}`},
+	} {
+		start := time.Now()
+		r, err := h.do(context.Background(), req.method, req.path, phone, req.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable || r.header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s with Postgres gone: %d %v %s", req.method, req.path, r.status, r.header, r.body)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("%s took %v", req.path, d)
+		}
+	}
+	h.must("GET", "/ready", "", nil, http.StatusServiceUnavailable)
+
+	px.restore()
+	eventually(t, "ready again", func() bool {
+		r, err := h.do(context.Background(), "GET", "/ready", "", nil)
+		return err == nil && r.status == http.StatusOK
+	})
+	eventually(t, "sends accepted again", func() bool {
+		r, err := h.do(context.Background(), "POST", "/v1/send", phone, `{"id":"after","to":["phone"],"payload":"eA=="}`)
+		return err == nil && r.status == http.StatusAccepted
+	})
+	p := h.poll(phone, "cursor=0")
+	if len(p.Envelopes) != 2 || p.Envelopes[0].ID != "before" || p.Envelopes[1].ID != "after" {
+		t.Fatalf("after recovery: %+v", p)
+	}
+}
+
+// urlWithHost returns rawURL's host:port, or rawURL with its host replaced
+// when host is not empty.
+func urlWithHost(rawURL, host string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	if host == "" {
+		return u.Host, nil
+	}
+	u.Host = host
+	return u.String(), nil
+}
+
+func newLocalHub() wake.Hub { return local.New() }
+
+func maxProcs() int { return runtime.GOMAXPROCS(0) }
