@@ -52,7 +52,6 @@ type DB struct {
 	pool *pgxpool.Pool
 	// probe is the configuration Ping connects with, outside the pool.
 	probe *pgx.ConnConfig
-	log   *slog.Logger
 }
 
 // Open connects, applies pending migrations under an advisory lock, and
@@ -66,8 +65,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		// The message of a parse error may quote the URL, password and all.
-		return nil, errors.New("postgres: cannot parse the database URL")
+		// Not wrapped: pgconn's message quotes the URL with the password
+		// masked only "best effort", and the error carries it unmasked.
+		return nil, errors.New("postgres: the database URL does not parse")
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
@@ -100,7 +100,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, classify("pool", err)
 	}
-	return &DB{pool: pool, probe: probe, log: log}, nil
+	return &DB{pool: pool, probe: probe}, nil
 }
 
 // Close closes the pool's connections.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +30,18 @@ func TestUnreachable(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Open took %v to fail on a closed port", d)
+	}
+}
+
+// TestBadURL: a URL that does not parse is refused without quoting it,
+// since it may hold a password.
+func TestBadURL(t *testing.T) {
+	_, err := Open(testCtx(t), Config{URL: "postgres://relay:s3cret@127.0.0.1:notaport/db"})
+	if err == nil {
+		t.Fatal("Open with a bad URL succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %q quotes the password", err)
 	}
 }
 
