@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/token"
 )
 
@@ -301,4 +302,67 @@ func httptestServer(t *testing.T, status int) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestTwoReplicas: two relay processes sharing Postgres and Redis; a send
+// accepted by one wakes a poll held on the other within a second.
+func TestTwoReplicas(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	rs := servicetest.StartRedis(t)
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	vars := map[string]string{
+		"FN_LISTEN":         "127.0.0.1:0",
+		"FN_DATABASE_URL":   dbURL,
+		"FN_ISSUER_KEYS":    base64.StdEncoding.EncodeToString(pub),
+		"FN_RELAY_REPLICAS": "2",
+		"FN_REDIS_URL":      rs.URL(),
+	}
+	a := start(t, vars)
+	b := start(t, vars)
+	mint := func(dev string) string {
+		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	phone, laptop := mint("phone"), mint("laptop")
+	if code, body := request(t, "POST", "http://"+b.addr+"/v1/register", phone, ""); code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	for i := range 5 {
+		type result struct {
+			code int
+			body []byte
+			at   time.Time
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, body := request(t, "GET", fmt.Sprintf("http://%s/v1/poll?cursor=%d&wait=30", b.addr, i), phone, "")
+			done <- result{code, body, time.Now()}
+		}()
+		// The poll may not be held yet when the send commits; either way it
+		// must see the envelope, and quickly.
+		code, body := request(t, "POST", "http://"+a.addr+"/v1/send", laptop, fmt.Sprintf(`{"id":"m%d","to":["phone"],"payload":"eA=="}`, i))
+		accepted := time.Now()
+		if code != 202 {
+			t.Fatalf("send: %d %s", code, body)
+		}
+		select {
+		case r := <-done:
+			if r.code != 200 || !strings.Contains(string(r.body), fmt.Sprintf(`"id":"m%d"`, i)) {
+				t.Fatalf("poll on the other replica: %d %s", r.code, r.body)
+			}
+			if d := r.at.Sub(accepted); d > time.Second {
+				t.Fatalf("woken %v after the send, want within a second", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the poll on the other replica was not woken")
+		}
+	}
+	for _, p := range []*process{a, b} {
+		if err, _ := p.stop(t); err != nil {
+			t.Fatalf("replica exit: %v", err)
+		}
+	}
 }
