@@ -30,6 +30,11 @@ func main() {
 	case errors.Is(err, errChecksFailed):
 		// The summary line and the report already say why.
 		os.Exit(1)
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// Interrupted: the stack is already torn down; no report is
+		// written, since a partial run is no evidence.
+		fmt.Fprintln(os.Stderr, "loadtest: interrupted")
+		os.Exit(130)
 	default:
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)

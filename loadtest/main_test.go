@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -322,4 +324,68 @@ func TestFailsWhenRelayDuplicatesAnEnvelope(t *testing.T) {
 	if rep.OK || rep.Duplicates != 1 || rep.Lost != 0 || rep.Reordered != 0 {
 		t.Errorf("ok %v dup %d lost %d reordered %d, want exactly one duplicate", rep.OK, rep.Duplicates, rep.Lost, rep.Reordered)
 	}
+}
+
+// TestInterruptTearsDown sends the built tool SIGINT once sends have begun:
+// it must stop its relay (which has its own process group, so the signal
+// does not reach it directly) and remove the stack's directory before it
+// exits.
+func TestInterruptTearsDown(t *testing.T) {
+	bin := needRelay(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, loadtestBin, append([]string{"-relay-bin", bin}, shortRun...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	var dir string
+	var log strings.Builder
+	signalled := false
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		log.WriteString(line + "\n")
+		if v := field(line, "pid"); v != "" {
+			pid, _ = strconv.Atoi(v)
+		}
+		if v := field(line, "dir"); v != "" {
+			dir = v
+		}
+		if strings.Contains(line, "msg=sending") && !signalled {
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Errorf("exit = %v, want 130\n%s", err, log.String())
+	}
+	if pid == 0 || dir == "" {
+		t.Fatalf("relay pid %d, stack dir %q not logged:\n%s", pid, dir, log.String())
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("relay %d still exists after the tool exited (kill 0: %v)", pid, err)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stack dir %s still there: %v", dir, err)
+	}
+}
+
+// field reads key=value from a slog text line.
+func field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

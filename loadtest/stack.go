@@ -92,6 +92,7 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
 	s = &stack{key: priv, dir: dir, logger: logger}
+	logger.Info("throwaway stack", "dir", dir, "store", p.store, "replicas", p.replicas)
 	defer func() {
 		if err != nil {
 			s.close(context.WithoutCancel(ctx))

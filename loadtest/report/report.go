@@ -164,7 +164,9 @@ func Summarize(samples []time.Duration) Summary {
 // Percentile is the nearest-rank p-th percentile of sorted, which must not
 // be empty.
 func Percentile(sorted []time.Duration, p float64) time.Duration {
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	// The epsilon keeps p99.9 of 1000 samples at rank 999, not 1000,
+	// despite 99.9/100*1000 being a hair above 999 in floating point.
+	rank := int(math.Ceil(p/100*float64(len(sorted)) - 1e-9))
 	rank = max(rank, 1)
 	rank = min(rank, len(sorted))
 	return sorted[rank-1]

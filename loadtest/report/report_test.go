@@ -1,0 +1,83 @@
+package report
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestPercentileNearestRank(t *testing.T) {
+	var s []time.Duration
+	for i := 1; i <= 1000; i++ {
+		s = append(s, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		p    float64
+		want time.Duration
+	}{
+		{50, 500 * time.Millisecond},
+		{95, 950 * time.Millisecond},
+		{99, 990 * time.Millisecond},
+		{99.9, 999 * time.Millisecond},
+		{100, 1000 * time.Millisecond},
+		{0, time.Millisecond},
+	} {
+		if got := Percentile(s, tc.p); got != tc.want {
+			t.Errorf("p%v = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	if got := Percentile([]time.Duration{7}, 99.9); got != 7 {
+		t.Errorf("one sample: %v", got)
+	}
+}
+
+func TestSummarizeSortsAndKeepsEverySample(t *testing.T) {
+	var s []time.Duration
+	for i := 1; i <= 2000; i++ {
+		s = append(s, time.Duration(i)*time.Microsecond*500)
+	}
+	rand.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+	got := Summarize(s)
+	want := Summary{N: 2000, P50: 500, P95: 950, P99: 990, P999: 999, Max: 1000}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if (Summarize(nil) != Summary{}) {
+		t.Error("empty samples gave figures")
+	}
+	if neg := Summarize([]time.Duration{-time.Millisecond, time.Millisecond}); neg.P50 != -1 {
+		t.Errorf("a negative sample must stay negative: %+v", neg)
+	}
+}
+
+func TestWriteRead(t *testing.T) {
+	r := &Report{Name: "x", Date: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), OK: true,
+		Errors: map[string]int{"poll transport": 1}, LatencyMS: Latencies{SendRequest: Summary{N: 1, P50: 1.5}}}
+	p := filepath.Join(t.TempDir(), "r.json")
+	if err := Write(p, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip: got %+v, want %+v", got, r)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{{0.35, "0.3 ms"}, {4.96, "5.0 ms"}, {12.4, "12 ms"}, {325, "325 ms"}, {1000, "1.00 s"}, {2600, "2.60 s"}} {
+		if got := FormatMS(tc.v); got != tc.want {
+			t.Errorf("FormatMS(%v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+	if got := FormatBytes(83_400_000); got != "83 MB" {
+		t.Errorf("FormatBytes = %q", got)
+	}
+}
