@@ -151,6 +151,7 @@ type AckParams struct {
 type Position struct {
 	Cursor int64 // stored cursor
 	Head   int64 // highest seq ever given
+	Acked  int64 // envelopes this ack deleted
 }
 
 // FetchParams reads envelopes above After.
@@ -196,6 +197,21 @@ type ExpireParams struct {
 type ExpireResult struct {
 	Envelopes int64
 	Sends     int64
+}
+
+// PoolStats describes a backend's connection pool, for metrics. A backend
+// that has one implements PoolStatser.
+type PoolStats struct {
+	Max          int           // connections the pool may open
+	Open         int           // connections open now
+	InUse        int           // connections busy now
+	WaitCount    int64         // acquisitions that had to wait, in total
+	WaitDuration time.Duration // time spent waiting for a connection, in total
+}
+
+// PoolStatser is implemented by backends with a connection pool.
+type PoolStatser interface {
+	PoolStats() PoolStats
 }
 
 // Store is what the relay needs from a database. Every method takes ctx

@@ -114,7 +114,8 @@ WITH gone AS (
 UPDATE devices
 SET pending_count = pending_count - (SELECT count(*) FROM gone),
     pending_bytes = pending_bytes - (SELECT coalesce(sum(size), 0) FROM gone)
-WHERE household = $1 AND name = $2`
+WHERE household = $1 AND name = $2
+RETURNING (SELECT count(*) FROM gone)`
 
 // Ack moves the cursor up to p.Cursor and deletes what it covers. It reads
 // first and writes only when the cursor moves, the device is new, or
@@ -151,7 +152,13 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 		return row.Scan(&pos.Cursor, &pos.Head)
 	})
 	if moves {
-		b.Queue(sqlDeleteAcked, p.Household, p.Device, pos.Cursor, p.Cursor)
+		b.Queue(sqlDeleteAcked, p.Household, p.Device, pos.Cursor, p.Cursor).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&pos.Acked)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // the device went away meanwhile: nothing deleted
+			}
+			return err
+		})
 	}
 	// A batch without BEGIN runs as one implicit transaction: the cursor
 	// and the deletion commit together or not at all.

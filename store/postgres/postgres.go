@@ -138,3 +138,17 @@ func micro(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
 func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
+
+var _ store.PoolStatser = (*DB)(nil)
+
+// PoolStats reports the connection pool, for metrics.
+func (db *DB) PoolStats() store.PoolStats {
+	st := db.pool.Stat()
+	return store.PoolStats{
+		Max:          int(st.MaxConns()),
+		Open:         int(st.TotalConns()),
+		InUse:        int(st.AcquiredConns()),
+		WaitCount:    st.EmptyAcquireCount(),
+		WaitDuration: st.AcquireDuration(),
+	}
+}

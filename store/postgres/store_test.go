@@ -62,13 +62,13 @@ func TestAckWritesOnlyWhenNeeded(t *testing.T) {
 		write  bool
 		want   store.Position
 	}{
-		{"cursor moves", 1, t0, true, store.Position{Cursor: 1, Head: 2}},
+		{"cursor moves", 1, t0, true, store.Position{Cursor: 1, Head: 2, Acked: 1}},
 		{"same cursor", 1, t0.Add(10 * time.Second), false, store.Position{Cursor: 1, Head: 2}},
 		{"position only", -1, t0.Add(20 * time.Second), false, store.Position{Cursor: 1, Head: 2}},
 		{"below the cursor", 0, t0.Add(30 * time.Second), false, store.Position{Cursor: 1, Head: 2}},
 		{"last_seen a minute old", 1, t0.Add(time.Minute), true, store.Position{Cursor: 1, Head: 2}},
 		{"fresh again", -1, t0.Add(90 * time.Second), false, store.Position{Cursor: 1, Head: 2}},
-		{"to head", 2, t0.Add(91 * time.Second), true, store.Position{Cursor: 2, Head: 2}},
+		{"to head", 2, t0.Add(91 * time.Second), true, store.Position{Cursor: 2, Head: 2, Acked: 1}},
 	}
 	for _, st := range steps {
 		before := xmin()

@@ -67,6 +67,7 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 				return err
 			}
 			pos.Cursor = p.Cursor
+			pos.Acked = n
 		}
 		_, err := tx.ExecContext(ctx, `UPDATE devices SET last_seen = max(last_seen, ?) WHERE household = ? AND name = ?`,
 			micros(p.Now), p.Household, p.Device)

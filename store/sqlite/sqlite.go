@@ -262,3 +262,17 @@ func (db *DB) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) er
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+var _ store.PoolStatser = (*DB)(nil)
+
+// PoolStats reports the writer and reader pools together, for metrics.
+func (db *DB) PoolStats() store.PoolStats {
+	w, r := db.writer.Stats(), db.reader.Stats()
+	return store.PoolStats{
+		Max:          w.MaxOpenConnections + r.MaxOpenConnections,
+		Open:         w.OpenConnections + r.OpenConnections,
+		InUse:        w.InUse + r.InUse,
+		WaitCount:    w.WaitCount + r.WaitCount,
+		WaitDuration: w.WaitDuration + r.WaitDuration,
+	}
+}

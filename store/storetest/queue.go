@@ -28,13 +28,13 @@ func testAck(t *testing.T, open Opener) {
 		}{
 			{"position only", -1, false, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
 			{"zero moves nothing", 0, false, store.Position{Cursor: 0, Head: 5}, []int64{1, 2, 3, 4, 5}},
-			{"up", 2, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
+			{"up", 2, false, store.Position{Cursor: 2, Head: 5, Acked: 2}, []int64{3, 4, 5}},
 			{"same", 2, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
 			{"below never moves down", 1, false, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
 			{"below, later", 1, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
 			{"zero, later", 0, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
 			{"position after", -1, true, store.Position{Cursor: 2, Head: 5}, []int64{3, 4, 5}},
-			{"to head", 5, false, store.Position{Cursor: 5, Head: 5}, nil},
+			{"to head", 5, false, store.Position{Cursor: 5, Head: 5, Acked: 3}, nil},
 		}
 		for i, st := range steps {
 			now := t0
