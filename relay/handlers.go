@@ -226,6 +226,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		return err
 	}
 	if !res.Repeat {
+		s.metrics.stored.Add(float64(len(res.Deliveries)))
 		s.afterCommit(r.Context(), c.Household, res.Deliveries)
 	}
 	out := sendResponse{ID: res.ID, Deliveries: make([]deliveryJSON, len(res.Deliveries))}
@@ -272,10 +273,12 @@ func (s *Server) admit() (release func(), err error) {
 	select {
 	case s.inflight <- struct{}{}:
 	default:
+		s.metrics.refusals.WithLabelValues(refusedInflight).Inc()
 		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends in flight; try again.")
 	}
 	if !s.limiter.Allow() {
 		<-s.inflight
+		s.metrics.refusals.WithLabelValues(refusedRate).Inc()
 		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends; try again.")
 	}
 	return func() { <-s.inflight }, nil
@@ -294,8 +297,10 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	// wake-up, but a stuck hub must not hold the answer for long either.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	s.metrics.signalled.Add(float64(len(keys)))
 	if err := s.hub.Signal(sctx, keys); err != nil {
-		s.log.Warn("wake-up signal failed; held polls fall back to their own timeout", "err", err)
+		s.metrics.signalErrors.Inc()
+		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
 	if s.push == nil {
 		return
@@ -325,9 +330,11 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, c token.Claims) err
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	if _, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: *req.Cursor, Now: s.now()}); err != nil {
+	pos, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: *req.Cursor, Now: s.now()})
+	if err != nil {
 		return err
 	}
+	s.metrics.acked.Add(float64(pos.Acked))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

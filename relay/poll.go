@@ -62,6 +62,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		n := s.held.Add(1)
 		defer s.held.Add(-1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
+			s.metrics.refusals.WithLabelValues(refusedHeldPolls).Inc()
 			return errOverloaded
 		}
 		waiter, err = s.hub.Subscribe(ctx, key)
@@ -77,6 +78,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	if err != nil {
 		return err
 	}
+	s.metrics.acked.Add(float64(pos.Acked))
 	deadline := time.Now().Add(time.Duration(waitSecs) * time.Second)
 	for first := true; ; first = false {
 		batch, err := s.fetch(ctx, c, pos.Cursor, int(limit))
@@ -84,6 +86,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 			return err
 		}
 		if len(batch.Envelopes) > 0 || waiter == nil {
+			s.metrics.polls.WithLabelValues(outcome(len(batch.Envelopes) > 0, pollEmpty)).Inc()
 			writePoll(w, r, pos.Cursor, batch)
 			return nil
 		}
@@ -93,15 +96,22 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		werr := s.wait(ctx, waiter, deadline)
 		switch {
 		case werr == nil:
+			s.metrics.received.Inc()
 			continue // woken: read again
 		case ctx.Err() != nil:
+			s.metrics.polls.WithLabelValues(pollHangup).Inc()
 			return nil // the client hung up; nobody to answer
+		case errors.Is(werr, wake.ErrSuperseded):
+			s.metrics.polls.WithLabelValues(pollSuperseded).Inc()
+		case errors.Is(werr, wake.ErrClosed):
+			s.metrics.polls.WithLabelValues(pollDrained).Inc()
 		default:
-			// Out of time, superseded by a newer poll, or draining:
-			// answer with what we have, which is nothing.
-			writePoll(w, r, pos.Cursor, store.Batch{})
-			return nil
+			s.metrics.polls.WithLabelValues(pollEmpty).Inc()
 		}
+		// Out of time, superseded by a newer poll, or draining: answer
+		// with what we have, which is nothing.
+		writePoll(w, r, pos.Cursor, store.Batch{})
+		return nil
 	}
 }
 
@@ -128,6 +138,13 @@ func (s *Server) wait(ctx context.Context, waiter wake.Waiter, deadline time.Tim
 		return wctx.Err()
 	}
 	return err
+}
+
+func outcome(delivered bool, otherwise string) string {
+	if delivered {
+		return pollDelivered
+	}
+	return otherwise
 }
 
 func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Batch) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/flamenet/relay/push"
@@ -41,6 +42,8 @@ type Deps struct {
 	CheckEndpoint func(ctx context.Context, rawURL string) error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics is where the API registers its series; nil: not exported.
+	Metrics prometheus.Registerer
 }
 
 // Server serves the API for one relay process.
@@ -55,6 +58,7 @@ type Server struct {
 	check func(ctx context.Context, rawURL string) error
 
 	handler  http.Handler
+	metrics  *metrics
 	draining atomic.Bool
 	held     atomic.Int64 // polls currently held (waiting)
 	inflight chan struct{}
@@ -97,6 +101,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	hub := "local"
+	if cfg.RelayReplicas > 1 {
+		hub = "redis"
+	}
+	m, err := newMetrics(deps.Metrics, s, hub)
+	if err != nil {
+		return nil, fmt.Errorf("relay: metrics: %w", err)
+	}
+	s.metrics = m
 	s.handler = s.routes()
 	return s, nil
 }
@@ -116,8 +129,8 @@ func (s *Server) routes() http.Handler {
 	r.Get("/ready", s.ready)
 	r.Route("/v1", func(r chi.Router) {
 		r.Post("/register", s.authed(s.register))
-		r.Post("/send", s.authed(s.send))
-		r.Get("/poll", s.authed(s.poll))
+		r.Post("/send", s.countSends(s.authed(s.send)))
+		r.Get("/poll", s.timePolls(s.authed(s.poll)))
 		r.Post("/ack", s.authed(s.ack))
 		r.Get("/devices", s.authed(s.devices))
 		r.Delete("/devices/{device}", s.authed(s.deleteDevice))
@@ -175,10 +188,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	defer close(s.done)
 	s.draining.Store(true)
 	// Held polls never end on their own within the grace period, so the
-	// hub is drained first and every waiter answers "come back".
-	if err := s.hub.Close(); err != nil {
-		s.log.Warn("closing wake hub", "err", err)
-	}
+	// hub is drained first and every waiter answers "come back". Closing
+	// may then wait for the hub's own background reads (a Redis BRPOP
+	// round); that runs beside the HTTP shutdown instead of eating its
+	// grace.
+	hubClosed := make(chan error, 1)
+	go func() { hubClosed <- s.hub.Close() }()
+	defer func() {
+		if err := <-hubClosed; err != nil {
+			s.log.Warn("closing wake hub", "err", err)
+		}
+	}()
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()

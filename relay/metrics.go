@@ -1,0 +1,180 @@
+package relay
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flamenet/relay/store"
+)
+
+// metrics are the API's Prometheus series. They are registered on the
+// registry the caller gives; there are no globals.
+type metrics struct {
+	polls        *prometheus.CounterVec // by outcome
+	sends        *prometheus.CounterVec // by status code
+	stored       prometheus.Counter
+	acked        prometheus.Counter
+	sendSeconds  prometheus.Histogram
+	pollSeconds  prometheus.Histogram
+	signalled    prometheus.Counter
+	signalErrors prometheus.Counter
+	received     prometheus.Counter
+	refusals     *prometheus.CounterVec // by reason
+}
+
+// Poll outcomes.
+const (
+	pollDelivered  = "delivered"  // answered with envelopes
+	pollEmpty      = "empty"      // wait ran out (or wait=0) with nothing
+	pollSuperseded = "superseded" // a newer poll for the device took over
+	pollDrained    = "drained"    // answered because the relay is draining
+	pollHangup     = "hangup"     // the client went away
+	pollError      = "error"      // answered with an error
+)
+
+func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry() // nobody scrapes it; keeps the code free of nil checks
+	}
+	hubLabel := prometheus.Labels{"hub": hub}
+	m := &metrics{
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_polls_total", Help: "Polls answered, by outcome.",
+		}, []string{"outcome"}),
+		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_sends_total", Help: "Sends answered, by HTTP status code.",
+		}, []string{"code"}),
+		stored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_envelopes_stored_total", Help: "Envelopes committed (one per recipient of a send; repeats not counted).",
+		}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_envelopes_acknowledged_total", Help: "Envelopes deleted because a device acknowledged them.",
+		}),
+		sendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fn_send_duration_seconds", Help: "Time to answer a send.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		pollSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fn_poll_duration_seconds", Help: "Time to answer a poll, holding included.",
+			Buckets: []float64{0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 10, 20, 30, 60},
+		}),
+		signalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_wakeups_signalled_total", Help: "Devices signalled after a commit.", ConstLabels: hubLabel,
+		}),
+		signalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_wakeup_signal_errors_total", Help: "Signals the hub failed to deliver (polls fall back to their own timeout).", ConstLabels: hubLabel,
+		}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_wakeups_received_total", Help: "Wake-ups that ended a held poll's wait.", ConstLabels: hubLabel,
+		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_admission_refusals_total", Help: "Requests refused by admission control, by reason.",
+		}, []string{"reason"}),
+	}
+	cs := []prometheus.Collector{
+		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
+		}, func() float64 { return float64(s.held.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_sends_in_flight", Help: "Sends being processed now.",
+		}, func() float64 { return float64(len(s.inflight)) }),
+	}
+	if ps, ok := s.store.(store.PoolStatser); ok {
+		cs = append(cs, poolCollector{ps})
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []string{refusedInflight, refusedRate, refusedHeldPolls} {
+		m.refusals.WithLabelValues(r) // show zero before the first refusal
+	}
+	return m, nil
+}
+
+// Admission refusal reasons.
+const (
+	refusedInflight  = "send_inflight"
+	refusedRate      = "send_rate"
+	refusedHeldPolls = "held_polls"
+)
+
+// poolCollector exports the store's connection pool.
+type poolCollector struct{ ps store.PoolStatser }
+
+var (
+	poolMaxDesc      = prometheus.NewDesc("fn_store_pool_max_connections", "Connections the store pool may open.", nil, nil)
+	poolOpenDesc     = prometheus.NewDesc("fn_store_pool_open_connections", "Store connections open now.", nil, nil)
+	poolInUseDesc    = prometheus.NewDesc("fn_store_pool_in_use_connections", "Store connections busy now.", nil, nil)
+	poolWaitsDesc    = prometheus.NewDesc("fn_store_pool_waits_total", "Store connection acquisitions that had to wait.", nil, nil)
+	poolWaitSecsDesc = prometheus.NewDesc("fn_store_pool_wait_seconds_total", "Time spent waiting for a store connection.", nil, nil)
+)
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolMaxDesc
+	ch <- poolOpenDesc
+	ch <- poolInUseDesc
+	ch <- poolWaitsDesc
+	ch <- poolWaitSecsDesc
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.ps.PoolStats()
+	ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(st.Max))
+	ch <- prometheus.MustNewConstMetric(poolOpenDesc, prometheus.GaugeValue, float64(st.Open))
+	ch <- prometheus.MustNewConstMetric(poolInUseDesc, prometheus.GaugeValue, float64(st.InUse))
+	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(st.WaitCount))
+	ch <- prometheus.MustNewConstMetric(poolWaitSecsDesc, prometheus.CounterValue, st.WaitDuration.Seconds())
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// countSends records every send's status code and duration.
+func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		next(rec, r)
+		s.metrics.sendSeconds.Observe(time.Since(start).Seconds())
+		s.metrics.sends.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+	}
+}
+
+// timePolls records every poll's duration, and counts a poll answered with
+// an error (the handler counts the other outcomes).
+func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		next(rec, r)
+		s.metrics.pollSeconds.Observe(time.Since(start).Seconds())
+		if rec.status >= 400 {
+			s.metrics.polls.WithLabelValues(pollError).Inc()
+		}
+	}
+}
