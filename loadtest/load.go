@@ -33,7 +33,8 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	if limErr != nil {
 		logger.Warn("cannot raise the open-file limit", "err", limErr)
 	}
-	if need := uint64(cfg.pairs*2 + 256); soft < need {
+	// One connection per held poll, plus sends in flight and slack.
+	if need := uint64(cfg.pairs + 1024); soft < need {
 		logger.Warn("open-file limit is below what this run needs", "limit", soft, "need", need)
 	}
 
@@ -136,7 +137,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 
 	fmt.Fprintln(stdout, rep.Line())
 	for _, f := range rep.Failures {
-		fmt.Fprintln(stdout, "  failure:", f)
+		logger.Error("check failed", "failure", f)
 	}
 	if cfg.out != "" {
 		if err := report.Write(cfg.out, rep); err != nil {
