@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func TestProcReadings(t *testing.T) {
@@ -35,5 +41,36 @@ fn_held_polls 3
 	}
 	if _, _, err := parseProcessMetrics(strings.NewReader("fn_held_polls 3\n")); err == nil {
 		t.Error("metrics without process figures accepted")
+	}
+}
+
+// TestMetricsMeter scrapes a real Prometheus process collector (this test
+// process's own), as -metrics-url does a relay's, summed over two URLs.
+func TestMetricsMeter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	m := &metricsMeter{urls: []string{srv.URL, srv.URL}, hc: srv.Client()}
+	ctx := context.Background()
+	start, err := m.cpu(ctx)
+	if err != nil || start <= 0 {
+		t.Fatalf("cpu = %v, %v", start, err)
+	}
+	got := m.read(ctx, start)
+	if got.Source != "metrics" || got.Processes != 2 || got.CPUSecondsTotal < start.Seconds() || got.CPUSeconds < 0 {
+		t.Errorf("read = %+v (start %v)", got, start)
+	}
+	own, err := procStatusBytes(os.Getpid(), "VmRSS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two URLs of one process: about twice its resident memory.
+	if got.PeakRSSBytes < own || got.PeakRSSBytes > 4*own {
+		t.Errorf("peak RSS %d, own RSS %d", got.PeakRSSBytes, own)
+	}
+	srv.Close()
+	if _, err := m.cpu(ctx); err == nil {
+		t.Error("scrape of a closed endpoint succeeded")
 	}
 }
