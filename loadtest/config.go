@@ -155,8 +155,8 @@ func (c *config) validate() error {
 	if c.rate <= 0 {
 		errs = append(errs, errors.New("-rate must be above 0"))
 	}
-	if c.duration <= 0 {
-		errs = append(errs, errors.New("-duration must be above 0"))
+	if c.duration <= 0 || c.rate*c.duration.Seconds() < 1 {
+		errs = append(errs, errors.New("-duration times -rate must come to at least one send"))
 	}
 	if c.wait < 0 {
 		errs = append(errs, errors.New("-wait must be 0 or more"))

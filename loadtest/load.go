@@ -116,7 +116,11 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		urls = cfg.urls
 	}
 	if len(cfg.metricsURLs) > 0 {
-		meter = &metricsMeter{urls: cfg.metricsURLs, hc: &http.Client{Timeout: 5 * time.Second}}
+		// No keep-alive: a scrape a second needs no pool, and none is left
+		// behind when the run ends.
+		meter = &metricsMeter{urls: cfg.metricsURLs, hc: &http.Client{
+			Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true},
+		}}
 	}
 
 	r := newRunner(cfg, urls, key, meter, logger)
@@ -297,17 +301,16 @@ func payload(id string, size int) []byte {
 
 // result is what a run measured, before it becomes a report.
 type result struct {
-	cfg          *config
-	sends        []sendRecord
-	pairs        []*pair
-	peakHeld     int
-	start, end   time.Time
-	late         int
-	refused      map[string]int
-	errors       map[string]int
-	relay        report.Relay
-	undelivered  int // still owed when the drain ended
-	sendsStarted int
+	cfg         *config
+	sends       []sendRecord
+	pairs       []*pair
+	peakHeld    int
+	start, end  time.Time
+	late        int
+	refused     map[string]int
+	errors      map[string]int
+	relay       report.Relay
+	undelivered int // still owed when the drain ended
 }
 
 func (r *runner) run(ctx context.Context) (*result, error) {
@@ -318,8 +321,11 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	r.sends = make([]sendRecord, sched.n)
 
 	polls, stopPolls := context.WithCancel(ctx)
-	defer stopPolls()
 	var pollers sync.WaitGroup
+	defer func() {
+		stopPolls()
+		pollers.Wait()
+	}()
 	t0 := time.Now().Add(100 * time.Millisecond)
 	ramp := time.Duration(r.cfg.wait) * time.Second
 	if r.cfg.herd {
@@ -402,7 +408,6 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	res.pairs = r.pairs
 	res.peakHeld = int(r.peak.Load())
 	res.late = r.counts.late
-	res.sendsStarted = r.counts.started
 	res.refused = r.counts.refused
 	res.errors = r.counts.errors
 	return res, nil

@@ -128,8 +128,8 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 		env = append(env, "FN_MAX_WAIT_SECS="+strconv.Itoa(p.wait))
 	}
 	for i := range p.replicas {
-		// Replicas start one after another so that migrations are not
-		// what the first minutes measure; the relay also guards them.
+		// One after another: each is ready (its migrations applied)
+		// before the next starts.
 		r, err := startRelay(ctx, p.bin, dir, i, env)
 		if r != nil {
 			s.relays = append(s.relays, r)
