@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,17 +88,34 @@ func TestBadSettingStopsStart(t *testing.T) {
 
 // process is the relay binary running as a child.
 type process struct {
-	cmd  *exec.Cmd
-	addr string
-	out  *bytes.Buffer
-	done chan error
+	cmd     *exec.Cmd
+	addr    string
+	metrics string // the metrics listener's address, when FN_METRICS_ADDR is set
+	out     *bytes.Buffer
+	done    chan error
+
+	mu     sync.Mutex
+	stderr strings.Builder
 }
 
-var servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
+func (p *process) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+var (
+	servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
+	metricsLine = regexp.MustCompile(`msg=metrics addr=http://(\S+)/metrics`)
+)
 
 func start(t *testing.T, vars map[string]string) *process {
 	t.Helper()
-	cmd := exec.Command(relayBin)
+	return startCmd(t, exec.Command(relayBin), vars)
+}
+
+func startCmd(t *testing.T, cmd *exec.Cmd, vars map[string]string) *process {
+	t.Helper()
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -115,7 +133,14 @@ func start(t *testing.T, vars map[string]string) *process {
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			if m := metricsLine.FindStringSubmatch(line); m != nil {
+				p.metrics = m[1]
+			}
+			p.mu.Unlock()
+			if m := servingLine.FindStringSubmatch(line); m != nil {
 				found <- m[1]
 			}
 		}
@@ -316,6 +341,7 @@ func TestTwoReplicas(t *testing.T) {
 		"FN_ISSUER_KEYS":    base64.StdEncoding.EncodeToString(pub),
 		"FN_RELAY_REPLICAS": "2",
 		"FN_REDIS_URL":      rs.URL(),
+		"FN_METRICS_ADDR":   "127.0.0.1:0",
 	}
 	a := start(t, vars)
 	b := start(t, vars)
@@ -341,8 +367,7 @@ func TestTwoReplicas(t *testing.T) {
 			code, body := request(t, "GET", fmt.Sprintf("http://%s/v1/poll?cursor=%d&wait=30", b.addr, i), phone, "")
 			done <- result{code, body, time.Now()}
 		}()
-		// The poll may not be held yet when the send commits; either way it
-		// must see the envelope, and quickly.
+		waitMetric(t, b, "fn_held_polls", 1)
 		code, body := request(t, "POST", "http://"+a.addr+"/v1/send", laptop, fmt.Sprintf(`{"id":"m%d","to":["phone"],"payload":"eA=="}`, i))
 		accepted := time.Now()
 		if code != 202 {
@@ -364,5 +389,160 @@ func TestTwoReplicas(t *testing.T) {
 		if err, _ := p.stop(t); err != nil {
 			t.Fatalf("replica exit: %v", err)
 		}
+	}
+}
+
+// metric reads one sample from the process's metrics listener; a missing
+// series reads as -1.
+func (p *process) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
+func waitMetric(t *testing.T, p *process, series string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := p.metric(t, series)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", series, got, want)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of the scrape
+	}
+}
+
+type keyed struct {
+	key  ed25519.PrivateKey
+	vars map[string]string
+}
+
+func newKeyed(t *testing.T, vars map[string]string) keyed {
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	vars["FN_ISSUER_KEYS"] = base64.StdEncoding.EncodeToString(pub)
+	return keyed{key, vars}
+}
+
+func (k keyed) mint(t *testing.T, dev string) string {
+	t.Helper()
+	tok, err := token.Mint(k.key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestMetrics scrapes the metrics listener during a real send and poll
+// exchange and watches the series move; /live and /ready disclose nothing.
+func TestMetrics(t *testing.T) {
+	k := newKeyed(t, map[string]string{
+		"FN_LISTEN": "127.0.0.1:0", "FN_METRICS_ADDR": "127.0.0.1:0",
+		"FN_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "relay.db"),
+	})
+	p := start(t, k.vars)
+	base := "http://" + p.addr
+	phone, laptop := k.mint(t, "phone"), k.mint(t, "laptop")
+	request(t, "POST", base+"/v1/register", phone, "")
+
+	waitMetric(t, p, "fn_held_polls", 0)
+	polled := make(chan []byte, 1)
+	go func() { _, b := request(t, "GET", base+"/v1/poll?wait=30", phone, ""); polled <- b }()
+	waitMetric(t, p, "fn_held_polls", 1)
+	if code, b := request(t, "POST", base+"/v1/send", laptop, `{"id":"m1","to":["phone"],"payload":"eA=="}`); code != 202 {
+		t.Fatalf("send: %d %s", code, b)
+	}
+	if b := <-polled; !strings.Contains(string(b), `"m1"`) {
+		t.Fatalf("poll: %s", b)
+	}
+	waitMetric(t, p, "fn_held_polls", 0)
+	waitMetric(t, p, `fn_sends_total{code="202"}`, 1)
+	waitMetric(t, p, "fn_envelopes_stored_total", 1)
+	waitMetric(t, p, `fn_wakeups_signalled_total{hub="local"}`, 1)
+	waitMetric(t, p, `fn_wakeups_received_total{hub="local"}`, 1)
+	waitMetric(t, p, `fn_polls_total{outcome="delivered"}`, 1)
+	request(t, "POST", base+"/v1/ack", phone, `{"cursor":1}`)
+	waitMetric(t, p, "fn_envelopes_acknowledged_total", 1)
+	request(t, "POST", base+"/v1/send", laptop, `{"id":"m2","to":["tablet"],"payload":"eA=="}`)
+	waitMetric(t, p, `fn_sends_total{code="404"}`, 1)
+	if p.metric(t, "fn_store_pool_max_connections") <= 0 || p.metric(t, "go_goroutines") <= 0 || p.metric(t, "process_open_fds") <= 0 {
+		t.Fatal("pool, Go or process series missing")
+	}
+	for _, path := range []string{"/live", "/ready"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(b) > 8 || resp.Header.Get("Server") != "" {
+			t.Fatalf("%s discloses %q %v", path, b, resp.Header)
+		}
+	}
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLowFileLimit: under a low open-file limit (set for the child) the
+// relay warns at start, answers 503 overloaded past its held-poll cap, and
+// keeps serving.
+func TestLowFileLimit(t *testing.T) {
+	k := newKeyed(t, map[string]string{
+		"FN_LISTEN": "127.0.0.1:0", "FN_METRICS_ADDR": "127.0.0.1:0", "FN_SEND_INFLIGHT": "16",
+		"FN_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "relay.db"),
+	})
+	// 200 descriptors, less 16 sends, 64 spare and 16 for SQLite: 104 polls.
+	const limit, want = 200, 104
+	p := startCmd(t, exec.Command("sh", "-c", fmt.Sprintf("ulimit -n %d && exec %s", limit, relayBin)), k.vars)
+	logs := p.logs()
+	if !strings.Contains(logs, "open-file limit leaves room for few held polls") || !strings.Contains(logs, fmt.Sprintf("held_polls=%d", want)) {
+		t.Fatalf("no warning for the low limit:\n%s", logs)
+	}
+	base := "http://" + p.addr
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: want + 10}}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range want {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/poll?wait=60", nil)
+			req.Header.Set("Authorization", "Bearer "+k.mint(t, fmt.Sprint("d", i)))
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	waitMetric(t, p, "fn_held_polls", want)
+	code, body := request(t, "GET", base+"/v1/poll?wait=60", k.mint(t, "one-too-many"), "")
+	if code != 503 || !strings.Contains(string(body), `"overloaded"`) {
+		t.Fatalf("poll past the cap: %d %s", code, body)
+	}
+	waitMetric(t, p, `fn_admission_refusals_total{reason="held_polls"}`, 1)
+	if code, body := request(t, "POST", base+"/v1/send", k.mint(t, "d0"), `{"id":"x","to":["d1"],"payload":"eA=="}`); code != 202 {
+		t.Fatalf("send with the cap reached: %d %s", code, body)
+	}
+	cancel()
+	wg.Wait()
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,9 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/store"
@@ -65,6 +73,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		minted = key
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.MaxHeldPolls = heldPollCap(cfg, log)
+
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -74,13 +86,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			st.Close()
 		}
 	}()
-	hub, closeHub, err := openHub(cfg, log)
+	hub, closeHub, err := openHub(cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeHub()
 
-	pq, err := push.New(pushConfig(cfg, log), func(ctx context.Context, j push.Job) {
+	pushCfg := pushConfig(cfg, log)
+	pushCfg.Registerer = reg
+	pq, err := push.New(pushCfg, func(ctx context.Context, j push.Job) {
 		// The provider said the target is gone: forget it, unless the
 		// device registered another one meanwhile.
 		if err := st.ClearPush(ctx, j.Household, j.Device, store.PushTarget(j.Target)); err != nil {
@@ -92,12 +106,37 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer pq.Close(context.Background()) // a no-op after the drain below
 	srv, err := relay.New(cfg, relay.Deps{
-		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"),
+		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"), Metrics: reg,
 		CheckEndpoint: func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, cfg.PushAllowPrivate) },
 	})
 	if err != nil {
 		return err
 	}
+	expirer, err := relay.NewExpirer(st, cfg.EnvelopeTTL, reg)
+	if err != nil {
+		return err
+	}
+	bg, stopBackground := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopBackground()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		expirer.Run(bg, time.Minute, func(err error) { log.Warn("expiry pass failed", "err", err) })
+	}()
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("FN_METRICS_ADDR: %w", err)
+		}
+		msrv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = msrv.Serve(mln) }()
+		go func() { defer wg.Done(); <-bg.Done(); msrv.Close() }()
+		log.Info("metrics", "addr", "http://"+mln.Addr().String()+"/metrics")
+	}
+
 	// Listen first, so a bind error returns at once and the address is
 	// known before anything is served.
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -177,7 +216,7 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 // several.
 // The returned func releases what the hub holds after the server has shut
 // down (the server closes the hub itself while draining).
-func openHub(cfg relay.Config, log *slog.Logger) (wake.Hub, func() error, error) {
+func openHub(cfg relay.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
 	if cfg.RelayReplicas <= 1 {
 		return local.New(), func() error { return nil }, nil
 	}
@@ -185,8 +224,64 @@ func openHub(cfg relay.Config, log *slog.Logger) (wake.Hub, func() error, error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("FN_REDIS_URL: %w", err)
 	}
+	reg.MustRegister(redisPoolCollector{client})
 	hub := wakeredis.New(client, wakeredis.Config{TTL: cfg.MaxWait + 10*time.Second, Logger: log.With("component", "wake")})
 	return hub, client.Close, nil
+}
+
+// heldPollCap raises the open-file limit and returns FN_MAX_HELD_POLLS, or
+// when that is unset, what the limit leaves room for. It warns when the
+// limit is too low for the settings.
+func heldPollCap(cfg relay.Config, log *slog.Logger) int {
+	limit, err := fdlimit.Raise()
+	if err != nil {
+		log.Warn("could not raise the open-file limit", "err", err)
+	}
+	b := fdlimit.Budget{PerPoll: 1, Reserved: cfg.SendInflight + 64}
+	if strings.HasPrefix(cfg.DatabaseURL, "sqlite:") {
+		b.Reserved += 16
+	} else {
+		b.Reserved += cfg.PostgresPoolSize() + 1
+	}
+	if cfg.RelayReplicas > 1 {
+		b.PerPoll = 2 // the socket and the Redis connection its BRPOP holds
+	}
+	fits := max(b.HeldPolls(limit), 1)
+	const comfortable = 10000
+	switch {
+	case cfg.MaxHeldPolls > fits:
+		log.Warn("the open-file limit is too low for FN_MAX_HELD_POLLS; raise it (ulimit -n, LimitNOFILE, ulimits: nofile)",
+			"nofile", limit, "needed", b.Need(cfg.MaxHeldPolls), "max_held_polls", cfg.MaxHeldPolls)
+		return cfg.MaxHeldPolls
+	case cfg.MaxHeldPolls > 0:
+		return cfg.MaxHeldPolls
+	case fits < comfortable:
+		log.Warn("the open-file limit leaves room for few held polls; past them polls get 503 overloaded. Raise it (ulimit -n, LimitNOFILE, ulimits: nofile)",
+			"nofile", limit, "held_polls", fits, "needed_for_10000", b.Need(comfortable))
+	}
+	return fits
+}
+
+// redisPoolCollector exports the Redis client's pool.
+type redisPoolCollector struct{ c goredis.UniversalClient }
+
+var (
+	redisTotalDesc    = prometheus.NewDesc("fn_redis_pool_connections", "Redis connections open now.", nil, nil)
+	redisIdleDesc     = prometheus.NewDesc("fn_redis_pool_idle_connections", "Redis connections idle now.", nil, nil)
+	redisTimeoutsDesc = prometheus.NewDesc("fn_redis_pool_timeouts_total", "Waits for a Redis connection that timed out (pool exhausted).", nil, nil)
+)
+
+func (r redisPoolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- redisTotalDesc
+	ch <- redisIdleDesc
+	ch <- redisTimeoutsDesc
+}
+
+func (r redisPoolCollector) Collect(ch chan<- prometheus.Metric) {
+	st := r.c.PoolStats()
+	ch <- prometheus.MustNewConstMetric(redisTotalDesc, prometheus.GaugeValue, float64(st.TotalConns))
+	ch <- prometheus.MustNewConstMetric(redisIdleDesc, prometheus.GaugeValue, float64(st.IdleConns))
+	ch <- prometheus.MustNewConstMetric(redisTimeoutsDesc, prometheus.CounterValue, float64(st.Timeouts))
 }
 
 func printWelcome(w io.Writer, addr, keyFile string) {

@@ -163,6 +163,30 @@ var settings = []Setting{
 		c.PostgresConnsPerLoop = int(n)
 		return err
 	}},
+	{"FN_MAX_HELD_POLLS", "", "polls held at once; past it a poll gets 503 overloaded (empty: what the open-file limit leaves room for)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := positive(v, 1<<24)
+		c.MaxHeldPolls = int(n)
+		return err
+	}},
+	{"FN_ENVELOPE_TTL", "720h", "envelopes older than this are deleted unread", func(c *Config, v string) error {
+		err := dur(func(c *Config) *time.Duration { return &c.EnvelopeTTL })(c, v)
+		if err == nil && c.EnvelopeTTL < time.Minute {
+			return errors.New("want at least 1m")
+		}
+		return err
+	}},
+	{"FN_METRICS_ADDR", "", "address of the Prometheus metrics listener, e.g. 127.0.0.1:9090 (empty: off)", func(c *Config, v string) error {
+		if v != "" {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return err
+			}
+		}
+		c.MetricsAddr = v
+		return nil
+	}},
 	{"FN_SEND_INFLIGHT", "512", "sends processed at once; past it a send gets 429 rate_limited", func(c *Config, v string) error {
 		n, err := positive(v, 1<<20)
 		c.SendInflight = int(n)
