@@ -74,7 +74,12 @@ var envFor = map[string]string{
 var secret = map[string]bool{"issuer-key": true}
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
-	c := &config{}
+	c := &config{
+		duration: 60 * time.Second,
+		progress: 5 * time.Second,
+		late:     10 * time.Millisecond,
+		drain:    -1, // wait+10s once -wait is known
+	}
 	var urls, metrics string
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -99,15 +104,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.relayBin, "relay-bin", "", "use this relay binary instead of building one")
 	fs.StringVar(&c.src, "src", "", "relay checkout to build and to describe in the report (default: the module around the working directory)")
 	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
-	c.duration = 60 * time.Second
-	c.progress = 5 * time.Second
-	c.late = 10 * time.Millisecond
-	c.drain = -1
-
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: loadtest [flags]\n\nEach flag also reads its LOAD_* variable (the flag wins):")
 		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(fs.Output(), "  -%s (%s)\n    \t%s\n", f.Name, envFor[f.Name], f.Usage)
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "-1ns" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(fs.Output(), "  -%s (%s)\n    \t%s%s\n", f.Name, envFor[f.Name], f.Usage, def)
 		})
 	}
 
