@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
-	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,67 +202,3 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// redisServer is a redis-server of the test's own, for tests that stop it.
-type redisServer struct {
-	tb   testing.TB
-	port string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-}
-
-// startRedis starts a private redis-server on a free loopback port. A
-// missing binary skips the test (or fails it under
-// FN_TEST_REQUIRE_SERVICES=1).
-func startRedis(tb testing.TB) *redisServer {
-	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		servicetest.Unavailable(tb, "redis-server on PATH", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("listen: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	l.Close()
-	s := &redisServer{tb: tb, port: port}
-	s.start()
-	tb.Cleanup(s.stop)
-	return s
-}
-
-func (s *redisServer) URL() string { return "redis://127.0.0.1:" + s.port + "/0" }
-
-func (s *redisServer) start() {
-	s.tb.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cmd := exec.Command("redis-server", "--port", s.port, "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		s.tb.Fatalf("start redis-server: %v", err)
-	}
-	s.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:"+s.port, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			s.tb.Fatalf("redis-server on port %s not listening after 10s: %v", s.port, err)
-		}
-		time.Sleep(10 * time.Millisecond) // bounded poll for the listener
-	}
-}
-
-func (s *redisServer) stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/wake"
 	wredis "github.com/flamenet/relay/wake/redis"
 )
@@ -300,7 +301,7 @@ func (s *store) poll(w wake.Waiter, i int, want int64, budget time.Duration) (in
 // one-second polling and still see every envelope; once Redis is back,
 // wake-ups are immediate again.
 func TestRedisOutage(t *testing.T) {
-	srv := startRedis(t)
+	srv := servicetest.StartRedis(t)
 	retry := time.Second
 	cfg := wredis.Config{Prefix: "fn:wake:", Retry: retry, Round: time.Second}
 	a := newProcess(t, srv.URL(), 4, cfg)
@@ -318,7 +319,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	waitBlocked(t, admin, b.name, 3)
 
-	srv.stop()
+	srv.Stop()
 	for i, ch := range waits {
 		if err := receive(t, ch, retry+5*time.Second, "held poll after Redis stopped"); err != nil {
 			t.Fatalf("held Wait %d = %v, want nil (a spurious wake)", i, err)
@@ -352,7 +353,7 @@ func TestRedisOutage(t *testing.T) {
 		}
 	}
 
-	srv.start()
+	srv.Start()
 	// Recovery: a poll's wait is blocked in Redis again, rather than
 	// failing into spurious wakes. Keep one waiting until it is.
 	deadline := time.Now().Add(15 * time.Second)
