@@ -201,4 +201,3 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
-
