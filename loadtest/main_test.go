@@ -256,12 +256,13 @@ func faultyRelay(t *testing.T, target string, mutate func(envs []json.RawMessage
 	return srv
 }
 
-// bootForFault boots a real relay through the tool's stack code.
-func bootForFault(t *testing.T) *stack {
+// bootRelay boots a real relay, with its metrics listener, through the
+// tool's stack code.
+func bootRelay(t *testing.T) *stack {
 	t.Helper()
 	bin := needRelay(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := bootStack(context.Background(), stackParams{bin: bin, store: "sqlite", replicas: 1, wait: 2}, logger)
+	st, err := bootStack(context.Background(), stackParams{bin: bin, store: "sqlite", replicas: 1, wait: 2, metrics: true}, logger)
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
@@ -279,7 +280,7 @@ func bootForFault(t *testing.T) *stack {
 // report exactly that one loss. Breaking the loss count in check (never
 // incrementing lost) turned this test red, as it should.
 func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
-	st := bootForFault(t)
+	st := bootRelay(t)
 	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return envs[1:] })
 	out := filepath.Join(t.TempDir(), "report.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -314,7 +315,7 @@ func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
 // TestFailsWhenRelayDuplicatesAnEnvelope: one poll answer carries its
 // first envelope twice.
 func TestFailsWhenRelayDuplicatesAnEnvelope(t *testing.T) {
-	st := bootForFault(t)
+	st := bootRelay(t)
 	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return append(envs, envs[0]) })
 	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
 	rep, _, err := runTool(t, append([]string{"-url", proxy.URL, "-issuer-key", seed}, shortRun...)...)
@@ -388,4 +389,24 @@ func field(line, key string) string {
 		}
 	}
 	return ""
+}
+
+// TestMetricsURL reads the relay's cost from its own metrics endpoint, as
+// for a relay the tool did not start.
+func TestMetricsURL(t *testing.T) {
+	st := bootRelay(t)
+	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
+	rep, _, err := runTool(t, append([]string{"-url", st.urls[0], "-issuer-key", seed,
+		"-metrics-url", st.relays[0].metrics}, shortRun...)...)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if !rep.OK {
+		t.Errorf("report not OK: %v", rep.Failures)
+	}
+	r := rep.Relay
+	if r.Source != "metrics" || r.Processes != 1 || r.CPUSecondsTotal <= 0 || r.CPUSeconds < 0 ||
+		r.CPUSeconds > r.CPUSecondsTotal || r.PeakRSSBytes <= 0 {
+		t.Errorf("relay figures: %+v", r)
+	}
 }

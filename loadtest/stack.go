@@ -38,6 +38,7 @@ type stack struct {
 type relayProc struct {
 	cmd     *exec.Cmd
 	url     string
+	metrics string // its Prometheus endpoint, when asked for
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	waitErr error         // set before done closes
@@ -50,6 +51,7 @@ type stackParams struct {
 	replicas int
 	redis    string
 	wait     int
+	metrics  bool // give each relay a metrics listener
 }
 
 // findModuleRoot returns the directory of the go.mod around dir.
@@ -130,7 +132,7 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 	for i := range p.replicas {
 		// One after another: each is ready (its migrations applied)
 		// before the next starts.
-		r, err := startRelay(ctx, p.bin, dir, i, env)
+		r, err := startRelay(ctx, p.bin, dir, i, env, p.metrics)
 		if r != nil {
 			s.relays = append(s.relays, r)
 		}
@@ -155,12 +157,23 @@ func relayEnv(parent []string) []string {
 	return env
 }
 
-func startRelay(ctx context.Context, bin, dir string, i int, env []string) (*relayProc, error) {
+func startRelay(ctx context.Context, bin, dir string, i int, env []string, metrics bool) (*relayProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	env = append(append([]string{}, env...), "FN_LISTEN="+addr)
+	var metricsURL string
+	if metrics {
+		mport, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		maddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
+		env = append(env, "FN_METRICS_ADDR="+maddr)
+		metricsURL = "http://" + maddr + "/metrics"
+	}
 	logPath := filepath.Join(dir, fmt.Sprintf("relay-%d.log", i))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -177,14 +190,14 @@ func startRelay(ctx context.Context, bin, dir string, i int, env []string) (*rel
 	// relay has its own process group) so that teardown stays in order.
 	cmd := exec.Command(bin, "serve")
 	cmd.Dir = workDir
-	cmd.Env = append(append([]string{}, env...), "FN_LISTEN="+addr)
+	cmd.Env = env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start relay: %w", err)
 	}
-	r := &relayProc{cmd: cmd, url: "http://" + addr, logPath: logPath, done: make(chan struct{})}
+	r := &relayProc{cmd: cmd, url: "http://" + addr, metrics: metricsURL, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		r.waitErr = cmd.Wait()
 		close(r.done)
