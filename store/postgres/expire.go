@@ -13,10 +13,14 @@ import (
 const defaultExpireBatch = 1000
 
 // sqlExpiredEnvelopes picks the oldest expired envelopes by the sent_at
-// index. It locks nothing; the rows are re-checked when deleted.
+// index. It locks nothing; the rows are re-checked when deleted. Only a
+// prefix of each device's seqs goes, so that a poll never sees a hole: a
+// row waits for every lower seq to expire too.
 const sqlExpiredEnvelopes = `
-SELECT household, device, seq FROM envelopes
+SELECT household, device, seq FROM envelopes e
 WHERE sent_at < $1
+  AND NOT EXISTS (SELECT 1 FROM envelopes f
+      WHERE f.household = e.household AND f.device = e.device AND f.seq < e.seq AND f.sent_at >= $1)
 ORDER BY sent_at
 LIMIT $2`
 

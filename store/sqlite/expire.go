@@ -64,8 +64,12 @@ func (db *DB) Expire(ctx context.Context, p store.ExpireParams) (store.ExpireRes
 func (db *DB) expireEnvelopes(ctx context.Context, before int64, batch int) (int64, error) {
 	var n int64
 	err := db.write(ctx, "expire envelopes", func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT rowid, household, device, size FROM envelopes
-			WHERE sent_at < ? LIMIT ?`, before, batch)
+		// Only a prefix of each device's seqs goes, so that a poll never
+		// sees a hole: a row waits for every lower seq to expire too.
+		rows, err := tx.QueryContext(ctx, `SELECT rowid, household, device, size FROM envelopes e
+			WHERE sent_at < ? AND NOT EXISTS (SELECT 1 FROM envelopes f
+				WHERE f.household = e.household AND f.device = e.device AND f.seq < e.seq AND f.sent_at >= ?)
+			LIMIT ?`, before, before, batch)
 		if err != nil {
 			return err
 		}
