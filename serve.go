@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -130,7 +131,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if err != nil {
 			return fmt.Errorf("FN_METRICS_ADDR: %w", err)
 		}
-		msrv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// Profiles share the metrics listener: operators keep it private.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		wg.Add(2)
 		go func() { defer wg.Done(); _ = msrv.Serve(mln) }()
 		go func() { defer wg.Done(); <-bg.Done(); msrv.Close() }()
