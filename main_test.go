@@ -385,6 +385,7 @@ func TestTwoReplicas(t *testing.T) {
 			t.Fatal("the poll on the other replica was not woken")
 		}
 	}
+	b.documented(t)
 	for _, p := range []*process{a, b} {
 		if err, _ := p.stop(t); err != nil {
 			t.Fatalf("replica exit: %v", err)
@@ -449,6 +450,32 @@ func (k keyed) mint(t *testing.T, dev string) string {
 	return tok
 }
 
+// documented fails the test for every fn_ series the process exports that
+// docs/OPERATIONS.md does not list.
+func (p *process) documented(t *testing.T) {
+	t.Helper()
+	doc, err := os.ReadFile("docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		name, ok := strings.CutPrefix(line, "# TYPE ")
+		if !ok || !strings.HasPrefix(name, "fn_") {
+			continue
+		}
+		name = strings.Fields(name)[0]
+		if !strings.Contains(string(doc), "`"+name) {
+			t.Errorf("docs/OPERATIONS.md does not list %s", name)
+		}
+	}
+}
+
 // TestMetrics scrapes the metrics listener during a real send and poll
 // exchange and watches the series move; /live and /ready disclose nothing.
 func TestMetrics(t *testing.T) {
@@ -484,6 +511,7 @@ func TestMetrics(t *testing.T) {
 	if p.metric(t, "fn_store_pool_max_connections") <= 0 || p.metric(t, "go_goroutines") <= 0 || p.metric(t, "process_open_fds") <= 0 {
 		t.Fatal("pool, Go or process series missing")
 	}
+	p.documented(t)
 	for _, path := range []string{"/live", "/ready"} {
 		resp, err := http.Get(base + path)
 		if err != nil {
