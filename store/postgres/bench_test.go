@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/store/storetest"
 )
 
 // BenchmarkSend measures one send end to end: a single recipient, a
@@ -93,4 +94,10 @@ func BenchmarkFetch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSendDuringExpiry: send latency with and without expiry deleting
+// old envelopes beside it (go test -bench SendDuringExpiry -benchtime 500x).
+func BenchmarkSendDuringExpiry(b *testing.B) {
+	storetest.BenchSendDuringExpiry(b, openDB(b, 4))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/store/storetest"
 )
 
 func benchDB(b *testing.B, devices ...string) *DB {
@@ -68,4 +69,10 @@ func BenchmarkFetch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSendDuringExpiry: send latency with and without expiry deleting
+// old envelopes beside it (go test -bench SendDuringExpiry -benchtime 500x).
+func BenchmarkSendDuringExpiry(b *testing.B) {
+	storetest.BenchSendDuringExpiry(b, benchDB(b))
 }
