@@ -129,7 +129,7 @@ func TestRender(t *testing.T) {
 		"| 2,000 | 150/s | 22 ms / 1.5 s / 2.6 s | not run | 0.4 ms / 2.5 ms / 12 ms |",
 		"| 200 | 50/s | 18 ms / 58 ms / 4.0 s | not run | not run |",
 		// A run's row, with its relay cost and commit.
-		"| sqlite-1000x100 | sqlite | 1 | 1,000 | 100/s | 100.0/s | 6,000 | 6,000 | 0 | 0 | 0.4 ms | 2.5 ms | 12 ms | 150 ms | 1.20 s | 0.25 cores (15.2 s) | 83 MB | 0123456789ab |",
+		"| sqlite-1000x100 | sqlite | 1 | 1,000 | 100/s | 100.0/s | 6,000 | 6,000 | 0 | 0 | 0.4 ms | 2.5 ms | 12 ms | 150 ms | 1.20 s | 0.25 cores (15.2 s) | 83 MB | 81 KiB | 0123456789ab |",
 		"| pg-2000x150 | postgres |",
 		"0123456789ab (dirty) |",
 		"| sqlite-500x100 (FAIL) | sqlite | 1 | 500 | 100/s | 100.0/s | 6,000 | 6,000 | 3 | 0 |",

@@ -41,7 +41,7 @@ func render(entries []entry) []byte {
 	table(&b, []string{"Held polls", "Send rate", "Original", "SQLite", "Postgres"}, "rrlll", compareRows(entries))
 
 	b.WriteString("\n#### Runs\n\n")
-	b.WriteString("Latency is send-accepted → poll-returned over every delivery, exact percentiles. Relay CPU is the relay processes' CPU time over the measured window (first send to end of drain), as average cores and seconds; RSS is the sum of each relay process's peak. A commit marked dirty ran with uncommitted changes, so the commit alone does not describe it.\n\n")
+	b.WriteString("Latency is send-accepted → poll-returned over every delivery, exact percentiles. Relay CPU is the relay processes' CPU time over the measured window (first send to end of drain), as average cores and seconds; RSS is the sum of each relay process's peak; RSS per held poll divides it by the peak of held polls, start-up memory included. A commit marked dirty ran with uncommitted changes, so the commit alone does not describe it.\n\n")
 	var rows [][]string
 	for _, e := range entries {
 		r := e.r
@@ -51,12 +51,12 @@ func render(entries []entry) []byte {
 			rate(r.OfferedRate, 0), rate(r.AchievedRate, 1), count(r.Accepted), count(r.Delivered),
 			count(r.Lost), count(r.Duplicates),
 			report.FormatMS(l.P50), report.FormatMS(l.P95), report.FormatMS(l.P99), report.FormatMS(l.P999), report.FormatMS(l.Max),
-			relayCPU(r), relayRSS(r), commit(r.Git),
+			relayCPU(r), relayRSS(r), rssPerPoll(r), commit(r.Git),
 		})
 	}
 	table(&b, []string{"Run", "Store", "Relays", "Held polls", "Offered", "Achieved", "Accepted", "Delivered",
-		"Lost", "Dup", "p50", "p95", "p99", "p99.9", "Max", "Relay CPU", "Relay RSS", "Commit"},
-		"lllrrrrrrrrrrrrrrl", rows)
+		"Lost", "Dup", "p50", "p95", "p99", "p99.9", "Max", "Relay CPU", "Relay RSS", "RSS / held poll", "Commit"},
+		"lllrrrrrrrrrrrrrrrl", rows)
 
 	b.WriteString("\n#### How each run went\n\n")
 	b.WriteString("Started → returned adds the send's own request time to the figure above. Late sends started more than their threshold after their scheduled time (they were sent anyway, so the offered load held only if this is near zero). Refused sends (429/503) are admission, not losses. The tester's CPU is its own, on the same machine.\n\n")
@@ -173,6 +173,15 @@ func relayRSS(r *report.Report) string {
 		return "n/a"
 	}
 	return report.FormatBytes(r.Relay.PeakRSSBytes)
+}
+
+// rssPerPoll is the relay's peak RSS over its peak held polls, start-up
+// memory included, so it overstates the cost of one more poll.
+func rssPerPoll(r *report.Report) string {
+	if r.Relay.Source == "" || r.HeldPolls == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f KiB", float64(r.Relay.PeakRSSBytes)/1024/float64(r.HeldPolls))
 }
 
 // count prints an integer with thousands separators, as the prose does.
