@@ -22,11 +22,6 @@ import (
 // importing the relay keeps these checks independent of its code.
 type settings map[string]string
 
-// specOnly are variables that the wire contract names (the Prometheus
-// listener) but the settings table does not list yet; drop a name here once
-// the table has it.
-var specOnly = []string{"FN_METRICS_ADDR"}
-
 func relaySettings(tb testing.TB) settings {
 	tb.Helper()
 	s := settings{}
@@ -43,11 +38,6 @@ func relaySettings(tb testing.TB) settings {
 	for _, name := range []string{"FN_LISTEN", "FN_SHUTDOWN_GRACE", "FN_MAX_WAIT_SECS", "FN_RELAY_REPLICAS"} {
 		if _, ok := s[name]; !ok {
 			tb.Fatalf("README.md's settings table has no %s; the checks rely on it", name)
-		}
-	}
-	for _, name := range specOnly {
-		if _, ok := s[name]; !ok {
-			s[name] = ""
 		}
 	}
 	return s
