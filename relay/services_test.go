@@ -51,6 +51,10 @@ func replicas(t *testing.T, url string, pool int) (a, b *harness) {
 
 // TestRedisNoLostWakeup: a send through one replica, committed between a
 // poll's first read and its BRPOP on the other, wakes the poll at once.
+// Across replicas the guard is the device's Redis list, which keeps a wake
+// pushed before the BRPOP: making the hub delete the list as a wait starts
+// (clearing "stale" wakes) turns this red on its first iteration, which
+// was tried.
 func TestRedisNoLostWakeup(t *testing.T) {
 	a, b := replicas(t, servicetest.RedisURL(t), 8)
 	testNoLostWakeup(t, b, a, 300)
