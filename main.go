@@ -1,6 +1,6 @@
 // Command relay stores end-to-end encrypted envelopes until each recipient
 // device fetches them. Subcommands: serve (default), keygen, token,
-// migrate, version. See README.md.
+// migrate, probe, version. See README.md.
 package main
 
 import (

@@ -30,7 +30,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) er
 // error into the SPEC's error body.
 func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := s.authenticate(r)
+		c, err := offload(func() (token.Claims, error) { return s.authenticate(r) })
 		if err == nil {
 			err = h(w, r, c)
 		}

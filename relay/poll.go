@@ -72,9 +72,11 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		defer waiter.Close()
 	}
 
-	sctx, cancel := s.storeCtx(ctx)
-	pos, err := s.store.Ack(sctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: cursor, Now: s.now()})
-	cancel()
+	pos, err := offload(func() (store.Position, error) {
+		sctx, cancel := s.storeCtx(ctx)
+		defer cancel()
+		return s.store.Ack(sctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: cursor, Now: s.now()})
+	})
 	if err != nil {
 		return err
 	}
@@ -116,10 +118,12 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 }
 
 func (s *Server) fetch(ctx context.Context, c token.Claims, after int64, limit int) (store.Batch, error) {
-	ctx, cancel := s.storeCtx(ctx)
-	defer cancel()
-	return s.store.Fetch(ctx, store.FetchParams{
-		Household: c.Household, Device: c.Device, After: after, Limit: limit, Budget: s.cfg.PollBudgetBytes,
+	return offload(func() (store.Batch, error) {
+		ctx, cancel := s.storeCtx(ctx)
+		defer cancel()
+		return s.store.Fetch(ctx, store.FetchParams{
+			Household: c.Household, Device: c.Device, After: after, Limit: limit, Budget: s.cfg.PollBudgetBytes,
+		})
 	})
 }
 
