@@ -45,19 +45,30 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 	if !ok || len(r.Header.Values("Authorization")) != 1 {
 		return token.Claims{}, errUnauthorized
 	}
-	c, err := token.Verify(strings.TrimSpace(raw), s.keys, s.now())
-	if err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", err.Error()), slog.String("path", r.URL.Path))
-		return token.Claims{}, errUnauthorized
+	raw = strings.TrimSpace(raw)
+	now := s.now()
+	c, ok := s.verified.get(raw, now)
+	if !ok {
+		var err error
+		if c, err = token.Verify(raw, s.keys, now); err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", err.Error()), slog.String("path", r.URL.Path))
+			return token.Claims{}, errUnauthorized
+		}
+		s.verified.put(raw, c)
 	}
 	if !validName(c.Household) || !validName(c.Device) {
 		return token.Claims{}, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
-	ctx, cancel := s.storeCtx(r.Context())
-	defer cancel()
-	removed, err := s.store.RemovedAt(ctx, c.Household, c.Device)
-	if err != nil {
-		return token.Claims{}, err
+	k := deviceKey{c.Household, c.Device}
+	removed, ok := s.removals.get(k, now)
+	if !ok {
+		ctx, cancel := s.storeCtx(r.Context())
+		defer cancel()
+		var err error
+		if removed, err = s.store.RemovedAt(ctx, c.Household, c.Device); err != nil {
+			return token.Claims{}, err
+		}
+		s.removals.put(k, removed, now)
 	}
 	// A token issued at or before the removal (or without iat) is refused.
 	if !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed)) {
@@ -401,6 +412,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c token.Cl
 	if err := s.store.DeleteDevice(ctx, c.Household, device, s.now()); err != nil {
 		return err
 	}
+	s.removals.forget(deviceKey{c.Household, device})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

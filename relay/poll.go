@@ -82,11 +82,17 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	}
 	s.metrics.acked.Add(float64(pos.Acked))
 	deadline := time.Now().Add(time.Duration(waitSecs) * time.Second)
+	// The ack read the head in the same snapshot as the cursor: at or below
+	// it nothing is waiting, and the first fetch can be skipped.
+	pending := pos.Head > pos.Cursor
 	for first := true; ; first = false {
-		batch, err := s.fetch(ctx, c, pos.Cursor, int(limit))
-		if err != nil {
-			return err
+		var batch store.Batch
+		if pending {
+			if batch, err = s.fetch(ctx, c, pos.Cursor, int(limit)); err != nil {
+				return err
+			}
 		}
+		pending = true // after a wake-up, always read
 		if len(batch.Envelopes) > 0 || waiter == nil {
 			s.metrics.polls.WithLabelValues(outcome(len(batch.Envelopes) > 0, pollEmpty)).Inc()
 			writePoll(w, r, pos.Cursor, batch)

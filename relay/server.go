@@ -59,6 +59,8 @@ type Server struct {
 
 	handler  http.Handler
 	metrics  *metrics
+	verified verified
+	removals removals
 	draining atomic.Bool
 	held     atomic.Int64 // polls currently held (waiting)
 	inflight chan struct{}
