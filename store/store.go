@@ -6,6 +6,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -242,4 +244,25 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.
 	Close() error
+}
+
+// Digest identifies a send's content for dedupe: the sorted recipients and
+// the payload, each length-prefixed so that no two sends collide by shifting
+// bytes between fields. Every backend stores this digest.
+func Digest(sortedTo []string, payload []byte) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(sortedTo)))
+	h.Write(n[:])
+	for _, d := range sortedTo {
+		binary.BigEndian.PutUint64(n[:], uint64(len(d)))
+		h.Write(n[:])
+		h.Write([]byte(d))
+	}
+	binary.BigEndian.PutUint64(n[:], uint64(len(payload)))
+	h.Write(n[:])
+	h.Write(payload)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,7 +83,8 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	if len(to) == 0 {
 		return store.SendResult{}, errors.New("postgres: send: no recipients")
 	}
-	dig := digest(to, p.Payload)
+	sum := store.Digest(to, p.Payload)
+	dig := sum[:]
 	now := micro(p.Now)
 
 	b := &pgx.Batch{}
@@ -209,16 +208,3 @@ func (db *DB) repeat(ctx context.Context, tx pgx.Tx, p store.SendParams, dig []b
 	return res, nil
 }
 
-// digest identifies a send's content: its sorted recipients, each with its
-// length so that no two lists encode alike, then the payload.
-func digest(sortedTo []string, payload []byte) []byte {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(sortedTo)))])
-	for _, name := range sortedTo {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(name)))])
-		h.Write([]byte(name))
-	}
-	h.Write(payload)
-	return h.Sum(nil)
-}

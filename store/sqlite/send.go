@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +27,7 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	if len(to) == 0 {
 		return store.SendResult{}, errors.New("sqlite: send: no recipients")
 	}
-	digest := sendDigest(to, p.Payload)
+	digest := store.Digest(to, p.Payload)
 	size := int64(len(p.Payload))
 	now := micros(p.Now)
 
@@ -136,26 +134,6 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	return res, nil
 }
 
-// sendDigest identifies a send's content for dedupe: the sorted recipients
-// and the payload, each length-prefixed so that no two sends collide by
-// shifting bytes between fields.
-func sendDigest(sortedTo []string, payload []byte) [sha256.Size]byte {
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(sortedTo)))
-	h.Write(n[:])
-	for _, d := range sortedTo {
-		binary.BigEndian.PutUint64(n[:], uint64(len(d)))
-		h.Write(n[:])
-		h.Write([]byte(d))
-	}
-	binary.BigEndian.PutUint64(n[:], uint64(len(payload)))
-	h.Write(n[:])
-	h.Write(payload)
-	var sum [sha256.Size]byte
-	copy(sum[:], h.Sum(nil))
-	return sum
-}
 
 // nonNil keeps an empty payload a zero-length BLOB rather than NULL.
 func nonNil(b []byte) []byte {

@@ -1,0 +1,20 @@
+package store
+
+import "testing"
+
+func TestDigest(t *testing.T) {
+	base := Digest([]string{"a", "b"}, []byte("xy"))
+	for name, other := range map[string][32]byte{
+		"bytes moved between names":        Digest([]string{"ab"}, []byte("xy")),
+		"bytes moved from name to payload": Digest([]string{"a"}, []byte("bxy")),
+		"other payload":                    Digest([]string{"a", "b"}, []byte("xz")),
+		"other recipients":                 Digest([]string{"a", "c"}, []byte("xy")),
+	} {
+		if other == base {
+			t.Errorf("%s: same digest", name)
+		}
+	}
+	if Digest([]string{"a", "b"}, []byte("xy")) != base {
+		t.Error("the same send digests differently")
+	}
+}
