@@ -199,21 +199,12 @@ func request(t *testing.T, method, url, tok, body string) (int, []byte) {
 // pending and a poll is held exits 0 at once, and a relay started on the
 // same data delivers every envelope.
 func TestSIGTERMKeepsPending(t *testing.T) {
-	dir := t.TempDir()
-	pub, key, _ := ed25519.GenerateKey(rand.Reader)
-	vars := map[string]string{
+	k := newKeyed(t, map[string]string{
 		"FN_LISTEN":       "127.0.0.1:0",
-		"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEYS":  base64.StdEncoding.EncodeToString(pub),
-	}
-	mint := func(dev string) string {
-		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	phone, laptop := mint("phone"), mint("laptop")
+		"FN_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "relay.db"),
+	})
+	vars := k.vars
+	phone, laptop := k.mint(t, "phone"), k.mint(t, "laptop")
 	p := start(t, vars)
 	base := "http://" + p.addr
 	if code, body := request(t, "POST", base+"/v1/register", phone, ""); code != 200 {
@@ -334,25 +325,16 @@ func httptestServer(t *testing.T, status int) string {
 func TestTwoReplicas(t *testing.T) {
 	dbURL := servicetest.PostgresDatabase(t)
 	rs := servicetest.StartRedis(t)
-	pub, key, _ := ed25519.GenerateKey(rand.Reader)
-	vars := map[string]string{
+	k := newKeyed(t, map[string]string{
 		"FN_LISTEN":         "127.0.0.1:0",
 		"FN_DATABASE_URL":   dbURL,
-		"FN_ISSUER_KEYS":    base64.StdEncoding.EncodeToString(pub),
 		"FN_RELAY_REPLICAS": "2",
 		"FN_REDIS_URL":      rs.URL(),
 		"FN_METRICS_ADDR":   "127.0.0.1:0",
-	}
-	a := start(t, vars)
-	b := start(t, vars)
-	mint := func(dev string) string {
-		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	phone, laptop := mint("phone"), mint("laptop")
+	})
+	a := start(t, k.vars)
+	b := start(t, k.vars)
+	phone, laptop := k.mint(t, "phone"), k.mint(t, "laptop")
 	if code, body := request(t, "POST", "http://"+b.addr+"/v1/register", phone, ""); code != 200 {
 		t.Fatalf("register: %d %s", code, body)
 	}
