@@ -480,7 +480,16 @@ func TestMetrics(t *testing.T) {
 
 	waitMetric(t, p, "fn_held_polls", 0)
 	polled := make(chan []byte, 1)
-	go func() { _, b := request(t, "GET", base+"/v1/poll?wait=30", phone, ""); polled <- b }()
+	go func() {
+		req, _ := http.NewRequest("GET", base+"/v1/poll?wait=30", nil)
+		req.Header.Set("Authorization", "Bearer "+phone)
+		var b []byte
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			b, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		polled <- b // nil on failure: the check below reports it
+	}()
 	waitMetric(t, p, "fn_held_polls", 1)
 	if code, b := request(t, "POST", base+"/v1/send", laptop, `{"id":"m1","to":["phone"],"payload":"eA=="}`); code != 202 {
 		t.Fatalf("send: %d %s", code, b)

@@ -96,11 +96,9 @@ func TestHangupFreesWaiters(t *testing.T) {
 func TestNewerPollSupersedes(t *testing.T) {
 	h := newHarness(t, nil)
 	phone := h.register("home", "phone")
-	first := make(chan pollResponse, 1)
-	go func() { first <- h.poll(phone, "wait=60") }()
+	first := heldPoll(h, phone, "wait=60")
 	eventually(t, "first poll held", func() bool { return h.srv.HeldPolls() == 1 })
-	second := make(chan pollResponse, 1)
-	go func() { second <- h.poll(phone, "wait=60") }()
+	second := heldPoll(h, phone, "wait=60")
 	select {
 	case p := <-first:
 		if len(p.Envelopes) != 0 {

@@ -81,8 +81,7 @@ func TestPushAfterSend(t *testing.T) {
 	}
 
 	// The laptop holds a poll: the send wakes it and pushes nothing.
-	held := make(chan pollResponse, 1)
-	go func() { held <- h.poll(laptop, "wait=30") }()
+	held := heldPoll(h, laptop, "wait=30")
 	eventually(t, "laptop poll held", func() bool { return h.srv.HeldPolls() == 1 })
 	h.send(phone, "2", []byte(secret), "laptop")
 	if p := <-held; len(p.Envelopes) != 1 {
