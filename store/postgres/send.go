@@ -207,4 +207,3 @@ func (db *DB) repeat(ctx context.Context, tx pgx.Tx, p store.SendParams, dig []b
 	slices.SortFunc(res.Deliveries, func(a, b store.Delivery) int { return strings.Compare(a.Device, b.Device) })
 	return res, nil
 }
-

@@ -134,7 +134,6 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	return res, nil
 }
 
-
 // nonNil keeps an empty payload a zero-length BLOB rather than NULL.
 func nonNil(b []byte) []byte {
 	if b == nil {
