@@ -77,9 +77,6 @@ func (s Setting) Flag() string {
 	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.Env, "FN_")), "_", "-")
 }
 
-// Settings is the relay's complete list of settings, in documentation order.
-func Settings() []Setting { return settings }
-
 var settings = []Setting{
 	{"FN_LISTEN", "127.0.0.1:8080", "address the HTTP API listens on", func(c *Config, v string) error {
 		if _, _, err := net.SplitHostPort(v); err != nil {

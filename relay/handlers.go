@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -270,9 +269,7 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 			return nil, badRequest("Every recipient in to must be 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 		}
 	}
-	to := slices.Clone(req.To)
-	slices.Sort(to)
-	to = slices.Compact(to)
+	to := store.Recipients(req.To)
 	if len(to) < 1 || len(to) > s.cfg.MaxRecipients {
 		return nil, badRequest("to must name 1 to %d devices.", s.cfg.MaxRecipients)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -244,6 +245,14 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.
 	Close() error
+}
+
+// Recipients returns to sorted and without repeats: the order in which a
+// backend locks recipients, and in which a send's deliveries are listed.
+func Recipients(to []string) []string {
+	to = slices.Clone(to)
+	slices.Sort(to)
+	return slices.Compact(to)
 }
 
 // Digest identifies a send's content for dedupe: the sorted recipients and

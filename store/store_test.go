@@ -18,3 +18,14 @@ func TestDigest(t *testing.T) {
 		t.Error("the same send digests differently")
 	}
 }
+
+func TestRecipients(t *testing.T) {
+	in := []string{"phone", "laptop", "phone", "Tablet"}
+	got := Recipients(in)
+	if want := []string{"Tablet", "laptop", "phone"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("Recipients = %v, want %v", got, want)
+	}
+	if in[0] != "phone" || in[2] != "phone" {
+		t.Fatalf("Recipients changed its argument: %v", in)
+	}
+}

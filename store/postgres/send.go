@@ -77,9 +77,9 @@ type storedDelivery struct {
 // trips: begin, claim and lock in one batch; the checks in Go; one statement
 // that writes everything; commit.
 func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, error) {
-	to := slices.Clone(p.To)
-	slices.Sort(to)
-	to = slices.Compact(to)
+	// The contract hands To sorted and unique; normalising again costs
+	// little and keeps the lock order whatever the caller did.
+	to := store.Recipients(p.To)
 	if len(to) == 0 {
 		return store.SendResult{}, errors.New("postgres: send: no recipients")
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/flamenet/relay/store"
 )
@@ -19,11 +18,9 @@ type storedDelivery struct {
 
 // Send stores one envelope per recipient in one transaction, or nothing.
 func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, error) {
-	// The contract hands To sorted and unique; a sorted copy costs little
-	// and keeps the answer ordered by device whatever the caller did.
-	to := slices.Clone(p.To)
-	slices.Sort(to)
-	to = slices.Compact(to)
+	// The contract hands To sorted and unique; normalising again costs
+	// little and keeps the lock order whatever the caller did.
+	to := store.Recipients(p.To)
 	if len(to) == 0 {
 		return store.SendResult{}, errors.New("sqlite: send: no recipients")
 	}

@@ -287,7 +287,7 @@ func testFirstContact(t *testing.T, open Opener) {
 
 	wantNames := append(slices.Clone(newbies), "sender")
 	ds := listAll(t, s, hh)
-	if got := names(ds); !equalStrings(got, wantNames) {
+	if got := names(ds); !slices.Equal(got, wantNames) {
 		t.Fatalf("Devices = %v, want %v", got, wantNames)
 	}
 	for _, d := range ds[:len(newbies)] {

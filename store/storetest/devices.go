@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func testRegister(t *testing.T, open Opener) {
 			t.Errorf("LastSeen = %v, want %v", d.LastSeen, later)
 		}
 		// The envelope above the cursor is still owed after a register.
-		if got := seqs(fetchAll(t, s, hh, "phone", 2)); !equalSeqs(got, []int64{3}) {
+		if got := seqs(fetchAll(t, s, hh, "phone", 2)); !slices.Equal(got, []int64{3}) {
 			t.Errorf("after register, pending seqs = %v, want [3]", got)
 		}
 	})
@@ -125,18 +126,6 @@ func names(ds []store.Device) []string {
 	return out
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func testDevices(t *testing.T, open Opener) {
 	s := fresh(t, open)
 	for _, name := range []string{"tablet", "laptop", "phone", "watch"} {
@@ -152,7 +141,7 @@ func testDevices(t *testing.T, open Opener) {
 	register(t, s, "other", "aardvark", "phone")
 
 	all := listAll(t, s, hh)
-	if got, want := names(all), []string{"laptop", "phone", "tablet", "watch"}; !equalStrings(got, want) {
+	if got, want := names(all), []string{"laptop", "phone", "tablet", "watch"}; !slices.Equal(got, want) {
 		t.Fatalf("Devices = %v, want %v (ordered by name, own household only)", got, want)
 	}
 	phone := all[1]
@@ -183,7 +172,7 @@ func testDevices(t *testing.T, open Opener) {
 			if err != nil {
 				t.Fatalf("Devices: %v", err)
 			}
-			if got := names(ds); !equalStrings(got, tt.want) {
+			if got := names(ds); !slices.Equal(got, tt.want) {
 				t.Errorf("Devices(after %q, limit %d) = %v, want %v", tt.after, tt.limit, got, tt.want)
 			}
 		})
@@ -217,17 +206,17 @@ func testDelete(t *testing.T, open Opener) {
 	if got, err := s.RemovedAt(ctx(t), hh, "phone"); err != nil || !got.Equal(at) {
 		t.Errorf("RemovedAt = %v, %v, want %v", got, err, at)
 	}
-	if got := names(listAll(t, s, hh)); !equalStrings(got, []string{"laptop"}) {
+	if got := names(listAll(t, s, hh)); !slices.Equal(got, []string{"laptop"}) {
 		t.Errorf("Devices after delete = %v, want [laptop]", got)
 	}
 	if got := fetchAll(t, s, hh, "phone", 0); len(got) != 0 {
 		t.Errorf("deleted device still has envelopes %v", seqs(got))
 	}
 	// Nothing else was touched: the other recipient, the other household.
-	if got := seqs(fetchAll(t, s, hh, "laptop", 0)); !equalSeqs(got, []int64{1, 2, 3}) {
+	if got := seqs(fetchAll(t, s, hh, "laptop", 0)); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Errorf("laptop seqs = %v, want [1 2 3]", got)
 	}
-	if got := seqs(fetchAll(t, s, "other", "phone", 0)); !equalSeqs(got, []int64{1}) {
+	if got := seqs(fetchAll(t, s, "other", "phone", 0)); !slices.Equal(got, []int64{1}) {
 		t.Errorf("other/phone seqs = %v, want [1]", got)
 	}
 	if at, err := s.RemovedAt(ctx(t), "other", "phone"); err != nil || !at.IsZero() {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func testExpire(t *testing.T, open Opener) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := seqs(fetchAll(t, s, hh, "a", 0)); res.Envelopes != 0 || !equalSeqs(got, []int64{1, 2}) {
+		if got := seqs(fetchAll(t, s, hh, "a", 0)); res.Envelopes != 0 || !slices.Equal(got, []int64{1, 2}) {
 			t.Fatalf("Expire = %+v, left %v: want nothing deleted while seq 1 is young", res, got)
 		}
 		res, err = s.Expire(ctx(t), store.ExpireParams{EnvelopesBefore: t0.Add(11 * time.Minute), SendsBefore: t0.Add(-time.Hour), Batch: 10})
@@ -60,13 +61,13 @@ func testExpire(t *testing.T, open Opener) {
 		if res.Envelopes != 5 || res.Sends != 0 {
 			t.Errorf("Expire = %+v, want 5 envelopes, 0 sends", res)
 		}
-		if got := seqs(fetchAll(t, s, hh, "a", 0)); !equalSeqs(got, []int64{4}) {
+		if got := seqs(fetchAll(t, s, hh, "a", 0)); !slices.Equal(got, []int64{4}) {
 			t.Errorf("a seqs = %v, want [4]", got)
 		}
 		if got := fetchAll(t, s, hh, "b", 0); len(got) != 0 {
 			t.Errorf("b seqs = %v, want none", seqs(got))
 		}
-		if got := seqs(fetchAll(t, s, hh, "c", 0)); !equalSeqs(got, []int64{1}) {
+		if got := seqs(fetchAll(t, s, hh, "c", 0)); !slices.Equal(got, []int64{1}) {
 			t.Errorf("c seqs = %v, want [1]", got)
 		}
 		// Expiry frees room but never rewinds: cursors stay, seqs go on.

@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func testAck(t *testing.T, open Opener) {
 			if got != st.want {
 				t.Errorf("%s: Ack(%d) = %+v, want %+v", st.name, st.cursor, got, st.want)
 			}
-			if left := seqs(fetchAll(t, s, hh, "a", 0)); !equalSeqs(left, st.left) {
+			if left := seqs(fetchAll(t, s, hh, "a", 0)); !slices.Equal(left, st.left) {
 				t.Errorf("%s: stored seqs %v, want %v", st.name, left, st.left)
 			}
 		}
@@ -76,7 +77,7 @@ func testAck(t *testing.T, open Opener) {
 		if got := position(t, s, hh, "a"); got != (store.Position{Cursor: 1, Head: 3}) {
 			t.Errorf("position after a refused ack = %+v, want cursor 1 head 3", got)
 		}
-		if got := seqs(fetchAll(t, s, hh, "a", 0)); !equalSeqs(got, []int64{2, 3}) {
+		if got := seqs(fetchAll(t, s, hh, "a", 0)); !slices.Equal(got, []int64{2, 3}) {
 			t.Errorf("stored seqs %v after a refused ack, want [2 3]", got)
 		}
 	})
@@ -94,7 +95,7 @@ func testAck(t *testing.T, open Opener) {
 					t.Errorf("Position = %+v, want zero", got)
 				}
 				ds := listAll(t, s, hh)
-				if gotNames := names(ds); !equalStrings(gotNames, []string{"newbie", "sender"}) {
+				if gotNames := names(ds); !slices.Equal(gotNames, []string{"newbie", "sender"}) {
 					t.Fatalf("Devices = %v, want newbie registered by its ack", gotNames)
 				}
 				if nb := ds[0]; !nb.RegisteredAt.Equal(t0) || !nb.Push.Empty() {
@@ -118,7 +119,7 @@ func testAck(t *testing.T, open Opener) {
 			}
 		}
 		ack(t, s, "h1", "a", 2)
-		if got := seqs(fetchAll(t, s, "h2", "a", 0)); !equalSeqs(got, []int64{1, 2}) {
+		if got := seqs(fetchAll(t, s, "h2", "a", 0)); !slices.Equal(got, []int64{1, 2}) {
 			t.Errorf("h2/a seqs = %v after h1/a's ack, want [1 2]", got)
 		}
 	})
@@ -170,7 +171,7 @@ func testFetch(t *testing.T, open Opener) {
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
 			}
-			if got := seqs(b.Envelopes); !equalSeqs(got, tt.want) {
+			if got := seqs(b.Envelopes); !slices.Equal(got, tt.want) {
 				t.Errorf("seqs = %v, want %v", got, tt.want)
 			}
 			if b.More != tt.more {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func testSend(t *testing.T, open Opener) {
 		s := fresh(t, open)
 		register(t, s, hh, "a")
 		sendOK(t, s, store.SendParams{Sender: "ghost", ID: "1", To: []string{"a"}, Payload: []byte("x")})
-		if got := names(listAll(t, s, hh)); !equalStrings(got, []string{"a"}) {
+		if got := names(listAll(t, s, hh)); !slices.Equal(got, []string{"a"}) {
 			t.Errorf("Devices = %v, want [a]: a send does not register its sender", got)
 		}
 	})
@@ -105,7 +106,7 @@ func testSend(t *testing.T, open Opener) {
 		if again.ID != p.ID {
 			t.Errorf("repeat ID %q, want %q", again.ID, p.ID)
 		}
-		if got := seqs(fetchAll(t, s, hh, "b", 0)); !equalSeqs(got, []int64{1, 2}) {
+		if got := seqs(fetchAll(t, s, hh, "b", 0)); !slices.Equal(got, []int64{1, 2}) {
 			t.Errorf("b seqs = %v, want [1 2]: the repeat stored something", got)
 		}
 		if got := position(t, s, hh, "c").Head; got != 1 {
@@ -137,7 +138,7 @@ func testSend(t *testing.T, open Opener) {
 				}
 			})
 		}
-		if got := seqs(fetchAll(t, s, hh, "b", 0)); !equalSeqs(got, []int64{1}) {
+		if got := seqs(fetchAll(t, s, hh, "b", 0)); !slices.Equal(got, []int64{1}) {
 			t.Errorf("b seqs = %v, want [1]", got)
 		}
 		if got := position(t, s, hh, "c").Head; got != 0 {
@@ -185,7 +186,7 @@ func testSend(t *testing.T, open Opener) {
 		if got := deliveries(res.Deliveries); got != "a:2 m:1 z:2" {
 			t.Errorf("retry deliveries %s, want a:2 m:1 z:2 (no gap)", got)
 		}
-		if got := names(listAll(t, s, hh)); !equalStrings(got, []string{"a", "m", "z"}) {
+		if got := names(listAll(t, s, hh)); !slices.Equal(got, []string{"a", "m", "z"}) {
 			t.Errorf("Devices = %v: a send registered a recipient", got)
 		}
 	})
@@ -266,7 +267,7 @@ func testSend(t *testing.T, open Opener) {
 		if len(h2) != 1 || string(h2[0].Payload) != "for h2" {
 			t.Errorf("h2/phone got %d envelopes, want only its own", len(h2))
 		}
-		if got := seqs(fetchAll(t, s, "h1", "phone", 0)); !equalSeqs(got, []int64{1, 2}) {
+		if got := seqs(fetchAll(t, s, "h1", "phone", 0)); !slices.Equal(got, []int64{1, 2}) {
 			t.Errorf("h1/phone seqs = %v, want [1 2]", got)
 		}
 		err := sendErr(s, store.SendParams{Household: "h2", Sender: "phone", ID: "x", To: []string{"laptop"}, Payload: []byte("x")})

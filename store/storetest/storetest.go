@@ -186,18 +186,6 @@ func deliveries(ds []store.Delivery) string {
 	return b.String()
 }
 
-func equalSeqs(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func testPingClose(t *testing.T, open Opener) {
 	t.Run("Ping", func(t *testing.T) {
 		s := fresh(t, open)
