@@ -81,11 +81,14 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		return err
 	}
 	s.metrics.acked.Add(float64(pos.Acked))
+	if s.afterFirstRead != nil {
+		s.afterFirstRead(key)
+	}
 	deadline := time.Now().Add(time.Duration(waitSecs) * time.Second)
 	// The ack read the head in the same snapshot as the cursor: at or below
 	// it nothing is waiting, and the first fetch can be skipped.
 	pending := pos.Head > pos.Cursor
-	for first := true; ; first = false {
+	for {
 		var batch store.Batch
 		if pending {
 			if batch, err = s.fetch(ctx, c, pos.Cursor, int(limit)); err != nil {
@@ -97,9 +100,6 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 			s.metrics.polls.WithLabelValues(outcome(len(batch.Envelopes) > 0, pollEmpty)).Inc()
 			writePoll(w, r, pos.Cursor, batch)
 			return nil
-		}
-		if first && s.afterFirstRead != nil {
-			s.afterFirstRead(key)
 		}
 		werr := s.wait(ctx, waiter, deadline)
 		switch {

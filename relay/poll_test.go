@@ -13,14 +13,17 @@ import (
 )
 
 // TestPollNoLostWakeup guards the order of the poll loop in poll.go: the
-// waiter is registered (hub.Subscribe) BEFORE the first store read. The
-// test commits a send in the window between that first read and the wait,
-// thousands of times, and each poll must return the envelope at once.
+// waiter is registered (hub.Subscribe) BEFORE the poll's first read of the
+// device's position. That first read is the ack, which also reads the head
+// and lets the poll skip its fetch when nothing is pending. The test commits
+// a send right after that read (afterFirstRead), thousands of times, and
+// each poll must return the envelope at once.
 //
-// Moving the Subscribe call below the first s.fetch (so the waiter is
-// registered after the read) makes this test fail on its first iteration:
-// the signal finds no waiter, the poll sleeps out its wait and answers
-// empty. That was tried; keep the order.
+// Moving the Subscribe call anywhere after the ack (below it, or down
+// between the ack and the fetch) makes this test fail on its first
+// iteration: the ack saw nothing pending, the signal found no waiter, and
+// the poll sleeps out its wait and answers empty. Both were tried; keep the
+// order.
 func TestPollNoLostWakeup(t *testing.T) {
 	h := newHarness(t, nil)
 	iterations := 2000

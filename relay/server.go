@@ -66,9 +66,9 @@ type Server struct {
 	inflight chan struct{}
 	limiter  *rate.Limiter
 
-	// afterFirstRead, when set by a test, runs after a poll's first read
-	// found nothing and before it waits: the window a lost wake-up would
-	// fall into.
+	// afterFirstRead, when set by a test, runs right after a poll's first
+	// read of the device's position (the ack, which reads the head) and
+	// before anything else: a send committed there must still wake it.
 	afterFirstRead func(k wake.Key)
 
 	mu   sync.Mutex
