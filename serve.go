@@ -225,7 +225,7 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 // down (the server closes the hub itself while draining).
 func openHub(cfg relay.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
 	if cfg.RelayReplicas <= 1 {
-		return local.New(), func() error { return nil }, nil
+		return local.New(nil), func() error { return nil }, nil
 	}
 	client, err := wakeredis.NewClient(cfg.RedisURL, cfg.RedisPoolSize())
 	if err != nil {

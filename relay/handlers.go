@@ -297,16 +297,16 @@ func (s *Server) admit() (release func(), err error) {
 // the store committed, and never fails the send: the store is the source of
 // truth and a late wake-up only delays a delivery.
 func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery) {
-	keys := make([]wake.Key, len(ds))
+	wakes := make([]wake.Wake, len(ds))
 	for i, d := range ds {
-		keys[i] = wake.Key{Household: household, Device: d.Device}
+		wakes[i] = wake.Wake{Key: wake.Key{Household: household, Device: d.Device}, Head: d.Seq}
 	}
 	// The send is committed: its client hanging up now must not stop the
 	// wake-up, but a stuck hub must not hold the answer for long either.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	s.metrics.signalled.Add(float64(len(keys)))
-	if err := s.hub.Signal(sctx, keys); err != nil {
+	s.metrics.signalled.Add(float64(len(wakes)))
+	if err := s.hub.Signal(sctx, wakes); err != nil {
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
@@ -314,7 +314,7 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		return
 	}
 	for i, d := range ds {
-		if !d.Push.Empty() && !s.hub.Held(keys[i]) {
+		if !d.Push.Empty() && !s.hub.Held(wakes[i].Key) {
 			s.push.Enqueue(push.Job{Household: household, Device: d.Device, Target: push.Target(d.Push)})
 		}
 	}
@@ -406,10 +406,16 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c token.Cl
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	if err := s.store.DeleteDevice(ctx, c.Household, device, s.now()); err != nil {
+	at := s.now()
+	if err := s.store.DeleteDevice(ctx, c.Household, device, at); err != nil {
 		return err
 	}
 	s.removals.forget(deviceKey{c.Household, device})
+	// Committed: end the device's held polls on every relay. A failure
+	// here delays that only until the polls' next read of the store.
+	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: device}, at); err != nil {
+		s.log.Warn("telling relays of a removal failed", "err", err)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -46,7 +46,7 @@ func newHarness(t testing.TB, mutate func(*Config)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	h := newHarnessWith(t, Deps{Store: db, Hub: local.New()}, mutate)
+	h := newHarnessWith(t, Deps{Store: db, Hub: local.New(nil)}, mutate)
 	h.db = db
 	return h
 }

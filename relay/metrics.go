@@ -32,6 +32,7 @@ const (
 	pollSuperseded = "superseded" // a newer poll for the device took over
 	pollDrained    = "drained"    // answered because the relay is draining
 	pollHangup     = "hangup"     // the client went away
+	pollRemoved    = "removed"    // the device was removed while the poll was held
 	pollError      = "error"      // answered with an error
 )
 

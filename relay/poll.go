@@ -109,6 +109,11 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		case ctx.Err() != nil:
 			s.metrics.polls.WithLabelValues(pollHangup).Inc()
 			return nil // the client hung up; nobody to answer
+		case errors.Is(werr, wake.ErrRemoved):
+			// The device was removed while its poll was held: the token
+			// that holds it is no longer good.
+			s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+			return errUnauthorized
 		case errors.Is(werr, wake.ErrSuperseded):
 			s.metrics.polls.WithLabelValues(pollSuperseded).Inc()
 		case errors.Is(werr, wake.ErrClosed):

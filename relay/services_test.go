@@ -313,6 +313,6 @@ func urlWithHost(rawURL, host string) (string, error) {
 	return u.String(), nil
 }
 
-func newLocalHub() wake.Hub { return local.New() }
+func newLocalHub() wake.Hub { return local.New(nil) }
 
 func maxProcs() int { return runtime.GOMAXPROCS(0) }

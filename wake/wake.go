@@ -2,11 +2,17 @@
 // committed. The relay registers a waiter before a poll's first read and
 // signals after a send's commit; a hub must keep a signal that lands between
 // the two so that no wake-up is lost.
+//
+// A hub also carries what relays learn about devices between them: a
+// device's new head with each wake, and a device's removal. It tells its
+// Observer before it wakes any waiter, so a woken poll always finds the
+// news in memory.
 package wake
 
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 var (
@@ -15,6 +21,8 @@ var (
 	ErrSuperseded = errors.New("wake: superseded by a newer poll")
 	// ErrClosed: the hub is draining for shutdown.
 	ErrClosed = errors.New("wake: hub closed")
+	// ErrRemoved: the device was removed; its held polls end at once.
+	ErrRemoved = errors.New("wake: device removed")
 )
 
 // Key names one device.
@@ -23,15 +31,40 @@ type Key struct {
 	Device    string
 }
 
+// Wake says that an envelope for Key committed and that the device's head
+// (the highest seq it was ever given) is now at least Head.
+type Wake struct {
+	Key  Key
+	Head int64
+}
+
+// Observer learns what a hub hears, before any waiter is woken by it. Its
+// methods are called from the hub's goroutines and must not block.
+type Observer interface {
+	// Advanced: a send committed for k; its head is now at least head.
+	Advanced(k Key, head int64)
+	// Removed: k was removed at at.
+	Removed(k Key, at time.Time)
+	// Lost: news may have been missed (a reconnect, an outage). Forget
+	// what was learned; every held poll is woken right after, so that it
+	// reads the store again.
+	Lost()
+}
+
 // Hub connects senders to held polls.
 type Hub interface {
 	// Subscribe registers the device's one waiter on this process,
 	// superseding any older one. The caller must Close the waiter.
 	Subscribe(ctx context.Context, k Key) (Waiter, error)
-	// Signal wakes each device's waiter, wherever it is held. It is called
-	// after the store commits; an error means only that a held poll may
-	// notice late (by its own timeout or fallback), never that data is lost.
-	Signal(ctx context.Context, keys []Key) error
+	// Signal tells every relay each device's new head and wakes its
+	// waiter, wherever it is held. It is called after the store commits;
+	// an error means only that a held poll may notice late (by its own
+	// timeout or fallback), never that data is lost.
+	Signal(ctx context.Context, wakes []Wake) error
+	// Remove tells every relay that k was removed at at and ends its
+	// waiters with ErrRemoved. It is called after the store committed the
+	// removal.
+	Remove(ctx context.Context, k Key, at time.Time) error
 	// Held reports whether a poll for the device is held on this process.
 	Held(k Key) bool
 	// Close makes every current and future Wait return ErrClosed at once.
@@ -41,8 +74,9 @@ type Hub interface {
 // Waiter is one held poll's registration.
 type Waiter interface {
 	// Wait blocks until a signal arrives (nil), the waiter is superseded
-	// (ErrSuperseded), the hub closes (ErrClosed) or ctx ends (ctx.Err()).
-	// A signal sent after Subscribe and before Wait is not lost.
+	// (ErrSuperseded), its device is removed (ErrRemoved), the hub closes
+	// (ErrClosed) or ctx ends (ctx.Err()). A signal sent after Subscribe
+	// and before Wait is not lost.
 	Wait(ctx context.Context) error
 	// Close unregisters the waiter; it is safe to call more than once.
 	Close()

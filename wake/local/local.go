@@ -12,6 +12,7 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/flamenet/relay/wake"
 )
@@ -22,6 +23,7 @@ const shardCount = 64
 // Hub is the in-process wake hub. The zero value is not usable; call New.
 type Hub struct {
 	seed   maphash.Seed
+	obs    wake.Observer
 	closed atomic.Bool
 	shards [shardCount]shard
 }
@@ -33,9 +35,10 @@ type shard struct {
 
 var _ wake.Hub = (*Hub)(nil)
 
-// New returns an empty hub.
-func New() *Hub {
-	h := &Hub{seed: maphash.MakeSeed()}
+// New returns an empty hub that tells obs (which may be nil) of every
+// Signal and Remove before it wakes or ends a waiter.
+func New(obs wake.Observer) *Hub {
+	h := &Hub{seed: maphash.MakeSeed(), obs: obs}
 	for i := range h.shards {
 		h.shards[i].waiters = make(map[wake.Key]*Waiter)
 	}
@@ -86,18 +89,64 @@ func (h *Hub) SubscribeLocal(k wake.Key) (*Waiter, error) {
 	return w, nil
 }
 
-// Signal wakes the waiter of each key held on this hub. A key with no
-// waiter costs one map lookup. It never fails.
-func (h *Hub) Signal(_ context.Context, keys []wake.Key) error {
-	for _, k := range keys {
-		s := h.shard(k)
+// Signal tells the observer each device's new head, then wakes the waiter
+// of each device held on this hub. A device with no waiter costs one map
+// lookup. It never fails.
+func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
+	for _, w := range wakes {
+		if h.obs != nil {
+			h.obs.Advanced(w.Key, w.Head)
+		}
+		h.notify(w.Key)
+	}
+	return nil
+}
+
+// Notify wakes k's waiter on this hub, telling the observer nothing: for
+// hubs that build on this one and have told it already.
+func (h *Hub) Notify(k wake.Key) { h.notify(k) }
+
+func (h *Hub) notify(k wake.Key) {
+	s := h.shard(k)
+	s.mu.Lock()
+	if w := s.waiters[k]; w != nil {
+		w.notify()
+	}
+	s.mu.Unlock()
+}
+
+// NotifyAll wakes every waiter on this hub, so that each re-reads the
+// store: for news that may have been missed.
+func (h *Hub) NotifyAll() {
+	for i := range h.shards {
+		s := &h.shards[i]
 		s.mu.Lock()
-		if w := s.waiters[k]; w != nil {
+		for _, w := range s.waiters {
 			w.notify()
 		}
 		s.mu.Unlock()
 	}
+}
+
+// Remove tells the observer that k was removed, then ends k's waiter on
+// this hub with wake.ErrRemoved. It never fails.
+func (h *Hub) Remove(_ context.Context, k wake.Key, at time.Time) error {
+	if h.obs != nil {
+		h.obs.Removed(k, at)
+	}
+	h.End(k, wake.ErrRemoved)
 	return nil
+}
+
+// End ends k's waiter on this hub with err, telling the observer nothing.
+func (h *Hub) End(k wake.Key, err error) {
+	s := h.shard(k)
+	s.mu.Lock()
+	w := s.waiters[k]
+	s.mu.Unlock()
+	if w != nil {
+		w.end(err)
+	}
 }
 
 // Held reports whether a waiter for k is registered on this hub.
@@ -143,8 +192,9 @@ type Waiter struct {
 
 var _ wake.Waiter = (*Waiter)(nil)
 
-// Wait blocks until a signal (nil), supersession (wake.ErrSuperseded), hub
-// Close (wake.ErrClosed) or the end of ctx (ctx.Err()). After the waiter's
+// Wait blocks until a signal (nil), supersession (wake.ErrSuperseded),
+// removal (wake.ErrRemoved), hub Close (wake.ErrClosed) or the end of ctx
+// (ctx.Err()). After the waiter's
 // own Close it returns wake.ErrClosed.
 func (w *Waiter) Wait(ctx context.Context) error {
 	// An ended waiter answers with its reason even if a signal is also

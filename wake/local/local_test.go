@@ -65,7 +65,7 @@ func TestSignalBeforeWaitIsKept(t *testing.T) {
 			ack := make(chan error)
 			go func() {
 				for range req {
-					ack <- h.Signal(context.Background(), []wake.Key{k})
+					ack <- h.Signal(context.Background(), wakes(k))
 				}
 				close(ack)
 			}()
@@ -107,7 +107,7 @@ func TestSignalsCollapse(t *testing.T) {
 	w := subscribe(t, h, k)
 	defer w.Close()
 	for range 5 {
-		if err := h.Signal(context.Background(), []wake.Key{k}); err != nil {
+		if err := h.Signal(context.Background(), wakes(k)); err != nil {
 			t.Fatalf("Signal: %v", err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestSignalOnlyWakesItsKey(t *testing.T) {
 	defer wa.Close()
 	wb := subscribe(t, h, b)
 	defer wb.Close()
-	if err := h.Signal(context.Background(), []wake.Key{a, key(3)}); err != nil {
+	if err := h.Signal(context.Background(), wakes(a, key(3))); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	if err := waitFor(wa, waitTimeout); err != nil {
@@ -145,7 +145,7 @@ func TestSignalOnlyWakesItsKey(t *testing.T) {
 func TestSignalWithoutWaiterIsNoop(t *testing.T) {
 	h := newHub(t)
 	k := key(1)
-	if err := h.Signal(context.Background(), []wake.Key{k}); err != nil {
+	if err := h.Signal(context.Background(), wakes(k)); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	if h.Held(k) {
@@ -167,7 +167,7 @@ func TestSupersede(t *testing.T) {
 	defer old.Close()
 	// A signal still pending on the old waiter does not hide that it was
 	// superseded: the old poll must answer, not wait again.
-	if err := h.Signal(context.Background(), []wake.Key{k}); err != nil {
+	if err := h.Signal(context.Background(), wakes(k)); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	neu := subscribe(t, h, k)
@@ -184,7 +184,7 @@ func TestSupersede(t *testing.T) {
 	if err := waitFor(neu, 50*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("new Wait = %v, want deadline (the old waiter's signal is not the new one's)", err)
 	}
-	if err := h.Signal(context.Background(), []wake.Key{k}); err != nil {
+	if err := h.Signal(context.Background(), wakes(k)); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	if err := waitFor(neu, waitTimeout); err != nil {
@@ -227,7 +227,7 @@ func TestCloseOfSupersededKeepsSuccessor(t *testing.T) {
 	if !h.Held(k) {
 		t.Fatal("Held = false after the superseded waiter closed; it removed its successor")
 	}
-	if err := h.Signal(context.Background(), []wake.Key{k}); err != nil {
+	if err := h.Signal(context.Background(), wakes(k)); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	if err := waitFor(neu, waitTimeout); err != nil {
@@ -268,7 +268,7 @@ func TestCtxCancelFreesAtOnce(t *testing.T) {
 }
 
 func TestHubClose(t *testing.T) {
-	h := local.New()
+	h := local.New(nil)
 	blocked := subscribe(t, h, key(1))
 	defer blocked.Close()
 	pending := subscribe(t, h, key(2))
@@ -277,7 +277,7 @@ func TestHubClose(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- blocked.Wait(context.Background()) }()
 	// A pending signal does not outrank the drain.
-	if err := h.Signal(context.Background(), []wake.Key{key(2)}); err != nil {
+	if err := h.Signal(context.Background(), wakes(key(2))); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	if err := h.Close(); err != nil {
@@ -315,7 +315,7 @@ func TestHubClose(t *testing.T) {
 // passed their shard and were never ended.
 func TestCloseRacingSubscribe(t *testing.T) {
 	for round := range 20 {
-		h := local.New()
+		h := local.New(nil)
 		var (
 			wg         sync.WaitGroup
 			mu         sync.Mutex
@@ -376,7 +376,7 @@ func TestConcurrentChurn(t *testing.T) {
 					return
 				default:
 				}
-				if err := h.Signal(context.Background(), []wake.Key{key(i % keys), key((i + 1) % keys)}); err != nil {
+				if err := h.Signal(context.Background(), wakes(key(i%keys), key((i+1)%keys))); err != nil {
 					t.Errorf("Signal: %v", err)
 					return
 				}
@@ -413,7 +413,7 @@ func TestConcurrentChurn(t *testing.T) {
 // newHub returns a hub closed at the end of the test.
 func newHub(tb testing.TB) *local.Hub {
 	tb.Helper()
-	h := local.New()
+	h := local.New(nil)
 	tb.Cleanup(func() { _ = h.Close() })
 	return h
 }
@@ -422,7 +422,7 @@ func newHub(tb testing.TB) *local.Hub {
 // Subscribe, a send's Signal, the Wait it wakes, Close. Each goroutine uses
 // its own devices, as real polls do.
 func BenchmarkSubscribeSignalWait(b *testing.B) {
-	h := local.New()
+	h := local.New(nil)
 	defer h.Close()
 	var next atomic.Int64
 	ctx := context.Background()
@@ -441,7 +441,7 @@ func BenchmarkSubscribeSignalWait(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := h.Signal(ctx, []wake.Key{k}); err != nil {
+			if err := h.Signal(ctx, wakes(k)); err != nil {
 				b.Fatal(err)
 			}
 			if err := w.Wait(ctx); err != nil {
@@ -454,16 +454,25 @@ func BenchmarkSubscribeSignalWait(b *testing.B) {
 
 // BenchmarkSignalNoWaiter is a send to a device with no held poll.
 func BenchmarkSignalNoWaiter(b *testing.B) {
-	h := local.New()
+	h := local.New(nil)
 	defer h.Close()
 	keys := []wake.Key{key(1)}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := h.Signal(ctx, keys); err != nil {
+			if err := h.Signal(ctx, wakes(keys...)); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// wakes is a wake for each key, at head 1.
+func wakes(keys ...wake.Key) []wake.Wake {
+	ws := make([]wake.Wake, len(keys))
+	for i, k := range keys {
+		ws[i] = wake.Wake{Key: k, Head: 1}
+	}
+	return ws
 }

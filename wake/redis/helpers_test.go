@@ -181,7 +181,7 @@ func receive(tb testing.TB, ch <-chan error, within time.Duration, what string) 
 
 func signal(tb testing.TB, h wake.Hub, keys ...wake.Key) {
 	tb.Helper()
-	if err := h.Signal(context.Background(), keys); err != nil {
+	if err := h.Signal(context.Background(), wakes(keys...)); err != nil {
 		tb.Fatalf("Signal: %v", err)
 	}
 }
@@ -200,4 +200,13 @@ type tbWriter struct{ tb testing.TB }
 func (w tbWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// wakes is a wake for each key, at head 1.
+func wakes(keys ...wake.Key) []wake.Wake {
+	ws := make([]wake.Wake, len(keys))
+	for i, k := range keys {
+		ws[i] = wake.Wake{Key: k, Head: 1}
+	}
+	return ws
 }

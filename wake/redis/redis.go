@@ -64,6 +64,9 @@ type Config struct {
 	// the background, holding its connection for at most Round; Close waits
 	// for those, so it too can take up to Round.
 	Round time.Duration
+	// Observer learns of every wake and removal this process sends or
+	// receives; nil: none.
+	Observer wake.Observer
 	// Logger receives outage and recovery lines (once per transition, not
 	// per poll). Nil discards.
 	Logger *slog.Logger
@@ -128,7 +131,7 @@ func New(client goredis.UniversalClient, cfg Config) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{
 		client: client,
-		local:  local.New(),
+		local:  local.New(cfg.Observer),
 		cfg:    cfg,
 		log:    log.With("component", "wake_redis"),
 		ctx:    ctx,
@@ -161,19 +164,31 @@ func (h *Hub) Subscribe(_ context.Context, k wake.Key) (wake.Waiter, error) {
 // sender hanging up must not lose the wake) but is bounded in time. An
 // error means only that polls held elsewhere notice late, by their own
 // deadline or the next read.
-func (h *Hub) Signal(ctx context.Context, keys []wake.Key) error {
-	if len(keys) == 0 {
+func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
+	if len(wakes) == 0 {
 		return nil
 	}
-	_ = h.local.Signal(ctx, keys) // cannot fail
+	_ = h.local.Signal(ctx, wakes) // cannot fail
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
 	defer cancel()
-	rkeys := make([]string, len(keys))
-	for i, k := range keys {
-		rkeys[i] = h.Key(k)
+	rkeys := make([]string, len(wakes))
+	for i, w := range wakes {
+		rkeys[i] = h.Key(w.Key)
 	}
 	if err := h.push(ctx, rkeys); err != nil {
 		return fmt.Errorf("wake: redis signal: %w", err)
+	}
+	return nil
+}
+
+// Remove ends k's waiter here and wakes the one held elsewhere, which
+// reads the store again and finds the removal.
+func (h *Hub) Remove(ctx context.Context, k wake.Key, at time.Time) error {
+	_ = h.local.Remove(ctx, k, at) // cannot fail
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
+	defer cancel()
+	if err := h.push(ctx, []string{h.Key(k)}); err != nil {
+		return fmt.Errorf("wake: redis remove: %w", err)
 	}
 	return nil
 }

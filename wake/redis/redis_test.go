@@ -102,7 +102,7 @@ func TestWakeBeforeWaitIsKept(t *testing.T) {
 					return
 				}
 				// Here the poll would read the store and find nothing.
-				if err := a.hub.Signal(context.Background(), []wake.Key{k}); err != nil {
+				if err := a.hub.Signal(context.Background(), wakes(k)); err != nil {
 					w.Close()
 					t.Errorf("Signal: %v", err)
 					return
@@ -329,7 +329,7 @@ func TestRedisOutage(t *testing.T) {
 	// A send commits, and its wake fails fast.
 	st.committed[0].Add(1)
 	start := time.Now()
-	err := a.hub.Signal(context.Background(), []wake.Key{dev(0)})
+	err := a.hub.Signal(context.Background(), wakes(dev(0)))
 	if err == nil {
 		t.Fatal("Signal with Redis down = nil, want an error")
 	}
