@@ -25,6 +25,9 @@ var (
 	ErrConflict = errors.New("store: id conflict")
 	// ErrQueueFull: a recipient is over its pending envelope or byte limit.
 	ErrQueueFull = errors.New("store: queue full")
+	// ErrHouseholdFull: the household's devices together are over the
+	// household's pending byte limit. The error is a *HouseholdFullError.
+	ErrHouseholdFull = errors.New("store: household full")
 	// ErrCursorAhead: an ack named a cursor above the device's head. The
 	// error is a *CursorAheadError, which carries the head.
 	ErrCursorAhead = errors.New("store: cursor ahead")
@@ -65,6 +68,18 @@ func (e *QueueFullError) Error() string {
 }
 
 func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// HouseholdFullError names the household whose pending bytes a send would
+// have brought over SendParams.MaxHouseholdPendingBytes.
+type HouseholdFullError struct {
+	Household string
+}
+
+func (e *HouseholdFullError) Error() string {
+	return fmt.Sprintf("store: household %q holds too many pending bytes", e.Household)
+}
+
+func (e *HouseholdFullError) Is(target error) bool { return target == ErrHouseholdFull }
 
 // Push target kinds, as in SPEC.md.
 const (
@@ -119,20 +134,39 @@ type SendParams struct {
 	// ErrQueueFull and nothing is stored. Zero means unlimited.
 	MaxPendingEnvelopes int64
 	MaxPendingBytes     int64
+	// MaxHouseholdPendingBytes bounds the pending bytes of the household's
+	// devices together: a send that would bring their sum, plus the payload
+	// once per recipient, above it gets a *HouseholdFullError and nothing
+	// is stored. Zero means unlimited.
+	//
+	// The sum is read inside the send without locking the household's
+	// other devices (there is no per-household row every send would queue
+	// on), so sends in flight at the same time to disjoint recipients do
+	// not see each other: together they may overshoot the bound by at most
+	// what they add. Recipients' own counters are exact. Checked after the
+	// per-recipient limits.
+	MaxHouseholdPendingBytes int64
 }
 
 // Delivery is one recipient's copy of a send.
 type Delivery struct {
 	Device string
 	Seq    int64
-	// Push is the recipient's push target at commit time. It is not part
-	// of the stored answer of a send and is empty on a repeated send.
+	// Push is the recipient's push target: at commit time on a first send,
+	// as it is now on a repeat. It is not part of the stored answer.
 	Push PushTarget
+	// Pending reports whether this recipient's copy is still stored (not
+	// acknowledged, expired or removed with its device). Always true on a
+	// first send.
+	Pending bool
 }
 
 // SendResult is the answer to a send. Repeat is true when the same send was
-// already stored: the deliveries are the first answer's, nothing new was
-// stored, and nobody needs waking.
+// already stored: the deliveries carry the first answer's seqs, nothing new
+// was stored, and each delivery says whether its copy is still pending and
+// where its recipient's pushes go now. A repeat may follow a first answer
+// that was lost after the commit, so the caller should wake and push the
+// recipients whose copies are still pending, as after a first send.
 type SendResult struct {
 	ID         string
 	Deliveries []Delivery // ordered by device
@@ -148,6 +182,25 @@ type AckParams struct {
 	// only reports the position.
 	Cursor int64
 	Now    time.Time
+}
+
+// Ack is one entry of an AckMany batch.
+type Ack struct {
+	Household string
+	Device    string
+	// Cursor is the new cursor, clamped to the device's head; a negative
+	// value acknowledges nothing and only records Seen.
+	Cursor int64
+	// Seen, when not zero, moves last_seen up to it (never down).
+	Seen time.Time
+}
+
+// DeviceState is where a device stands, read without writing anything.
+type DeviceState struct {
+	Exists    bool
+	Cursor    int64     // zero when the device does not exist
+	Head      int64     // zero when the device does not exist
+	RemovedAt time.Time // the device's last removal; zero if never removed
 }
 
 // Position is where a device stands after an ack.
@@ -180,6 +233,12 @@ type Envelope struct {
 type Batch struct {
 	Envelopes []Envelope
 	More      bool
+	// RemovedAt is the device's last removal (zero if never) as seen by
+	// the same snapshot that read the envelopes returned, so a caller
+	// holding an older view of the device can tell that these envelopes
+	// may belong to a device registered again since, and refuse them to a
+	// token issued before the removal.
+	RemovedAt time.Time
 }
 
 // ListParams pages through a household's directory by device name.
@@ -227,8 +286,25 @@ type Store interface {
 	Send(ctx context.Context, p SendParams) (SendResult, error)
 	// Ack acknowledges up to p.Cursor and reports the position.
 	Ack(ctx context.Context, p AckParams) (Position, error)
+	// AckMany applies a batch of acks at once and reports how many
+	// envelopes it deleted. For each device that exists, the cursor moves
+	// to max(cursor, min(a.Cursor, head)): up only, never past the head.
+	// The envelopes at or below it are deleted, and last_seen moves up to
+	// a.Seen when that is not zero. A device named twice takes the highest
+	// cursor and the latest Seen. Devices that do not exist are skipped:
+	// not created, no error. Either every ack of the batch is applied or
+	// none is.
+	//
+	// An ack names a device, not one registration of it: an ack queued
+	// before a device was removed and applied after it registered again
+	// acknowledges the new registration's envelopes up to its cursor. The
+	// caller drops queued acks of a device it sees removed.
+	AckMany(ctx context.Context, acks []Ack) (deleted int64, err error)
+	// State reads where a device stands without writing anything.
+	State(ctx context.Context, household, device string) (DeviceState, error)
 	// Fetch reads ids and sizes above p.After first, then loads only the
-	// payloads inside the budget.
+	// payloads inside the budget, and reports the device's last removal as
+	// of the same read.
 	Fetch(ctx context.Context, p FetchParams) (Batch, error)
 	// Devices lists a household's devices ordered by name.
 	Devices(ctx context.Context, p ListParams) ([]Device, error)

@@ -2,15 +2,18 @@ package postgres
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var update = flag.Bool("update", false, "rewrite the EXPLAIN section of docs/FANOUT.md from this server's plans")
@@ -40,6 +43,8 @@ func TestExplain(t *testing.T) {
 		households = 20
 		devices    = 50 // per household
 		perDevice  = 20 // envelopes waiting for each device
+
+		idleHouseholds = 180 // more households, nothing pending
 	)
 	db := openDB(t, 2)
 	ctx := testCtx(t)
@@ -54,9 +59,14 @@ func TestExplain(t *testing.T) {
 		`INSERT INTO envelopes (household, device, seq, send_ref, sender, send_id, sent_at, size, payload)
 		 SELECT s.household, s.sender, s.send_id::bigint, s.id, s.sender, s.send_id, s.created_at, 100, convert_to(repeat('x', 100), 'UTF8')
 		 FROM sends s`,
+		// A fleet's devices are mostly idle: households with nothing
+		// pending, so that scanning every device row costs what it would.
+		`INSERT INTO devices (household, name, registered_at, last_seen)
+		 SELECT format('idle%s', lpad(h::text, 3, '0')), format('d%s', lpad(d::text, 2, '0')), $3, $3
+		 FROM generate_series(0, $1::int - 1) h, generate_series(0, $2::int - 1) d`,
 	}
 	now := t0.Add(time.Hour)
-	args := [][]any{{households, devices, perDevice, t0}, {t0, perDevice}, nil}
+	args := [][]any{{households, devices, perDevice, t0}, {t0, perDevice}, nil, {idleHouseholds, devices, t0}}
 	for i, sql := range seed {
 		if _, err := db.pool.Exec(ctx, sql, args[i]...); err != nil {
 			t.Fatalf("seed: %v", err)
@@ -66,38 +76,90 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	var version string
-	var rows int
-	if err := db.pool.QueryRow(ctx, "SELECT current_setting('server_version'), (SELECT count(*) FROM envelopes)").Scan(&version, &rows); err != nil {
+	var rows, deviceRows int
+	if err := db.pool.QueryRow(ctx, "SELECT current_setting('server_version'), (SELECT count(*) FROM envelopes), (SELECT count(*) FROM devices)").Scan(&version, &rows, &deviceRows); err != nil {
 		t.Fatal(err)
 	}
 
 	to := []string{"d03", "d17", "d42"}
 	stmts := []explained{
-		{"Poll, first read: seqs and sizes", sqlSizes, []any{"h07", "d17", int64(4), int64(1001)}, []string{"envelopes_pkey"}},
-		{"Poll, second read: the payloads inside the budget", sqlPayloads, []any{"h07", "d17", int64(4), int64(12)}, []string{"envelopes_pkey"}},
+		{"Poll, first read: seqs and sizes, and the last removal", sqlSizes, []any{"h07", "d17", int64(4), int64(1001)}, []string{"envelopes_pkey", "removals_pkey"}},
+		{"Poll, second read: the payloads inside the budget, and the last removal", sqlPayloads, []any{"h07", "d17", int64(4), int64(12)}, []string{"envelopes_pkey", "removals_pkey"}},
+		{"State: position and last removal", sqlState, []any{"h07", "d17"}, []string{"devices_pkey", "removals_pkey"}},
 		{"Ack: move the cursor (locks the device row first)", sqlMoveCursor, []any{"h07", "d17", int64(12), now}, []string{"devices_pkey"}},
 		{"Ack: delete the acknowledged range, adjust the counters", sqlDeleteAcked, []any{"h07", "d17", int64(4), int64(12)}, []string{"envelopes_pkey", "devices_pkey"}},
-		{"Send: claim the id", sqlClaim, []any{"h07", "d01", "new-id", []byte{1}, now}, []string{"sends_household_sender_send_id_key"}},
-		{"Send: lock the recipients in name order", sqlLockRecipients, []any{"h07", to}, []string{"devices_pkey"}},
-		{"Send: give seqs, store the copies, record the answer", sqlDeliver, []any{"h07", to, int64(100), int64(1), "d01", "new-id", now, []byte("x")}, []string{"devices_pkey", "sends_pkey"}},
 		{"Expire: pick a batch of old envelopes", sqlExpiredEnvelopes, []any{t0.Add(time.Minute), 1000}, []string{"envelopes_sent_at"}},
 		{"Expire: page through old send records", sqlExpireSends, []any{t0.Add(time.Minute), time.Time{}, int64(0), 1000}, []string{"sends_created_at", "envelopes_send_ref"}},
 	}
 
-	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "%s\n\nPostgreSQL %s, plain `EXPLAIN` on this machine's server, on a schema holding %d devices and %d envelopes (%d per device) after `VACUUM ANALYZE`. The statements are the package's own constants, planned with sample arguments.\n",
-		explainBegin, version, households*devices, rows, perDevice)
-	for _, st := range stmts {
-		plan := explain(t, db, st)
-		if strings.Contains(plan, "Seq Scan") {
-			t.Errorf("%s: plan has a sequential scan:\n%s", st.title, plan)
-		}
-		for _, idx := range st.uses {
-			if !strings.Contains(plan, idx) {
-				t.Errorf("%s: plan does not use %s:\n%s", st.title, idx, plan)
+	// The statements relay_send and relay_ack_many run, as the server
+	// planned them inside each call, matched by a phrase of their text.
+	// Every statement a call runs must match one of these, and each of
+	// these must have run.
+	nested := []nestedStmt{
+		{title: "Send: claim the id", has: "INSERT INTO sends", uses: []string{"sends_household_sender_send_id_key"}},
+		{title: "Send: lock the recipients in name order", has: "FOR UPDATE", in: "relay_send", uses: []string{"devices_pkey"}, lockOrder: `Sort Key: devices.name COLLATE "C"`},
+		{title: "Send: find a full queue among the locked rows", has: "FROM unnest(v_names"},
+		{title: "Send: the household's pending bytes", has: "sum(pending_bytes)", uses: []string{"devices_pkey"}},
+		{title: "Send: give seqs, store the copies, record the answer", has: "WITH bumped AS", uses: []string{"devices_pkey", "sends_pkey"}},
+		{title: "Send, repeat: read the stored record", has: "SELECT id, digest, deliveries", uses: []string{"sends_household_sender_send_id_key"}},
+		{title: "Send, repeat: the stored answer with push targets and what is pending", has: "jsonb_to_recordset", uses: []string{"devices_pkey"}},
+		{title: "AckMany: lock the devices in (household, name) order", has: "FOR UPDATE OF d", uses: []string{"devices_pkey"}, lockOrder: `Sort Key: d.household COLLATE "C", d.name COLLATE "C"`},
+		{title: "AckMany: delete what the cursors cover, move cursors, counters and last_seen", has: "DELETE FROM envelopes e", uses: []string{"envelopes_pkey", "devices_pkey"}},
+	}
+	calls := []call{
+		{"Send", sqlSend, []any{"h07", "d01", "new-id", []byte{1}, to, []byte("x"), now, int64(10000), int64(1 << 26), int64(1 << 30)}},
+		// A seeded record: send_id "3" of sender d01, digest \x00.
+		{"Send, repeat", sqlSend, []any{"h07", "d01", "3", []byte{0}, []string{"d01"}, []byte("x"), now, int64(0), int64(0), int64(0)}},
+		{"AckMany", sqlAckMany, []any{
+			[]string{"h07", "h03", "h07", "h07", "h19"},
+			[]string{"d17", "d42", "d03", "d17", "ghost"},
+			[]int64{12, 3, 20, 8, 1},
+			[]*time.Time{&now, nil, &now, &now, &now}}},
+	}
+	plans := explainCalls(t, db, calls)
+	for _, p := range plans {
+		matched := 0
+		for i := range nested {
+			if strings.Contains(p.query, nested[i].has) && (nested[i].in == "" || nested[i].in == p.fn) {
+				nested[i].plans = append(nested[i].plans, p)
+				matched++
 			}
 		}
+		if matched != 1 {
+			t.Errorf("a statement of %s matches %d documented statements, want 1:\n%s", p.call, matched, p.query)
+		}
+	}
+	var doc bytes.Buffer
+	fmt.Fprintf(&doc, "%s\n\nPostgreSQL %s, plain `EXPLAIN` on this machine's server, on a schema holding %d devices (%d of them in %d households with %d envelopes waiting for each, %d envelopes in all; the rest idle) after `VACUUM ANALYZE`. The statements are the package's own constants, planned with sample arguments.\n",
+		explainBegin, version, deviceRows, households*devices, households, perDevice, rows)
+	for _, st := range stmts {
+		plan := explain(t, db, st)
+		checkPlan(t, st.title, plan, st.uses)
 		fmt.Fprintf(&doc, "\n### %s\n\n```sql\n%s\n```\n\n```\n%s\n```\n", st.title, strings.TrimSpace(st.sql), plan)
+	}
+	fmt.Fprintf(&doc, "\n### Inside the calls\n\n`Send` and `AckMany` each run one statement, a call of a function of migration 0002:\n")
+	for _, c := range calls[:1] {
+		fmt.Fprintf(&doc, "\n```sql\n%s\n```\n", strings.TrimSpace(c.sql))
+	}
+	fmt.Fprintf(&doc, "\n```sql\n%s\n```\n", strings.TrimSpace(sqlAckMany))
+	fmt.Fprintf(&doc, "\nThe plans below are what `auto_explain` (with `log_nested_statements`) reported for the statements inside those calls: a first send of one envelope to %v with every limit set, a repeat of a stored send, and a batch of acks naming devices of three households in no order, one of them twice and one that does not exist. Query texts are as PL/pgSQL hands them to the executor (an `INTO` clause removed).\n", to)
+	for _, n := range nested {
+		if len(n.plans) == 0 {
+			t.Errorf("%s: no call ran a statement with %q", n.title, n.has)
+			continue
+		}
+		p := n.plans[0]
+		checkPlan(t, n.title, p.plan, n.uses)
+		if n.lockOrder != "" {
+			// The rows are locked as they come out of the sort: LockRows
+			// above a Sort on the lock order.
+			lock, sort := strings.Index(p.plan, "LockRows"), strings.Index(p.plan, n.lockOrder)
+			if lock < 0 || sort < lock {
+				t.Errorf("%s: plan does not lock rows coming out of a sort on %q:\n%s", n.title, n.lockOrder, p.plan)
+			}
+		}
+		fmt.Fprintf(&doc, "\n### %s\n\n```sql\n%s\n```\n\n```\n%s\n```\n", n.title, p.query, p.plan)
 	}
 	doc.WriteString("\n" + explainEnd)
 
@@ -123,6 +185,174 @@ func TestExplain(t *testing.T) {
 			t.Errorf("%s does not quote the current %q statement: run this test with -update", path, st.title)
 		}
 	}
+	for _, c := range []string{sqlSend, sqlAckMany} {
+		if !strings.Contains(section, strings.TrimSpace(c)) {
+			t.Errorf("%s does not quote the current call %q: run this test with -update", path, strings.TrimSpace(c))
+		}
+	}
+	for _, n := range nested {
+		for _, p := range n.plans {
+			if !strings.Contains(section, p.query) {
+				t.Errorf("%s does not quote the current %q statement: run this test with -update", path, n.title)
+			}
+		}
+	}
+}
+
+// checkPlan fails the test when plan scans a table sequentially or does
+// not use each of the indexes in uses.
+func checkPlan(t *testing.T, title, plan string, uses []string) {
+	t.Helper()
+	if strings.Contains(plan, "Seq Scan") {
+		t.Errorf("%s: plan has a sequential scan:\n%s", title, plan)
+	}
+	for _, idx := range uses {
+		if !strings.Contains(plan, idx) {
+			t.Errorf("%s: plan does not use %s:\n%s", title, idx, plan)
+		}
+	}
+}
+
+// nestedStmt is a statement run inside a server-side function, found by a
+// phrase of its text (in the function named in, when not empty).
+type nestedStmt struct {
+	title     string
+	has       string
+	in        string
+	uses      []string
+	lockOrder string // a Sort Key line the plan's LockRows must sit above
+	plans     []nestedPlan
+}
+
+// call is one statement that calls a server-side function.
+type call struct {
+	title string
+	sql   string
+	args  []any
+}
+
+// nestedPlan is one statement a call ran, with its plan.
+type nestedPlan struct {
+	call, fn, query, plan string
+}
+
+// explainCalls runs each call in a transaction that it rolls back, on a
+// connection of its own with auto_explain logging every nested statement's
+// plan to the client, and returns those plans in the order they ran.
+// auto_explain's text output cannot tell where a multi-line query text
+// ends, so each call runs twice: once in JSON for the texts, once in text
+// for the plans.
+func explainCalls(t *testing.T, db *DB, calls []call) []nestedPlan {
+	t.Helper()
+	ctx := testCtx(t)
+	var (
+		mu      sync.Mutex
+		notices []string
+	)
+	cc := db.probe.Copy()
+	cc.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		notices = append(notices, n.Message)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// LOAD needs a superuser, as the test server's postgres user is.
+	for _, sql := range []string{
+		"LOAD 'auto_explain'",
+		"SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_nested_statements = on",
+		"SET client_min_messages = log",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	run := func(c call, format string) []string {
+		t.Helper()
+		if _, err := conn.Exec(ctx, "SET auto_explain.log_format = "+format); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		mu.Lock()
+		notices = nil
+		mu.Unlock()
+		rows, err := tx.Query(ctx, c.sql, c.args...)
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.title, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, n := range notices {
+			_, plan, ok := strings.Cut(n, "plan:\n")
+			if !ok {
+				t.Fatalf("%s: unexpected notice %q", c.title, n)
+			}
+			out = append(out, plan)
+		}
+		return out
+	}
+	var all []nestedPlan
+	for _, c := range calls {
+		fn := c.sql[strings.Index(c.sql, "relay_"):]
+		fn = fn[:strings.Index(fn, "(")]
+		asJSON, asText := run(c, "json"), run(c, "text")
+		if len(asJSON) != len(asText) {
+			t.Fatalf("%s: %d plans in JSON, %d in text", c.title, len(asJSON), len(asText))
+		}
+		for i := range asJSON {
+			var v struct {
+				Query string `json:"Query Text"`
+			}
+			if err := json.Unmarshal([]byte(asJSON[i]), &v); err != nil {
+				t.Fatalf("%s: %v in %q", c.title, err, asJSON[i])
+			}
+			if strings.TrimSpace(v.Query) == strings.TrimSpace(c.sql) {
+				continue // the call itself
+			}
+			plan, ok := strings.CutPrefix(asText[i], "Query Text: "+v.Query+"\n")
+			if !ok {
+				t.Fatalf("%s: text plan %d does not start with its query text %q:\n%s", c.title, i, v.Query, asText[i])
+			}
+			all = append(all, nestedPlan{call: c.title, fn: fn, query: dedent(v.Query), plan: strings.TrimRight(plan, "\n")})
+		}
+	}
+	return all
+}
+
+// dedent removes the indentation a statement has in its function's body.
+func dedent(sql string) string {
+	lines := strings.Split(strings.TrimSpace(sql), "\n")
+	indent := -1
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, " "))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for i := 1; i < len(lines); i++ {
+		if len(lines[i]) >= indent && indent > 0 {
+			lines[i] = lines[i][indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // explain returns what EXPLAIN prints for st, its arguments bound as a

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flamenet/relay/store"
 )
@@ -17,16 +18,26 @@ const lastSeenEvery = time.Minute
 
 // sqlSizes is a poll's first read: seqs and sizes only, from the primary
 // key's index (which includes size), one more row than the limit so that
-// "more" needs no second query.
+// "more" needs no second query. It also reads the device's last removal,
+// and returns it on a row of its own (seq NULL) when no envelope waits.
 const sqlSizes = `
-SELECT seq, size FROM envelopes
-WHERE household = $1 AND device = $2 AND seq > $3
-ORDER BY seq
-LIMIT $4`
+SELECT r.removed_at, e.seq, e.size
+FROM (SELECT (SELECT removed_at FROM removals WHERE household = $1 AND device = $2) AS removed_at) r
+LEFT JOIN LATERAL (
+    SELECT seq, size FROM envelopes
+    WHERE household = $1 AND device = $2 AND seq > $3
+    ORDER BY seq
+    LIMIT $4) e ON true
+ORDER BY e.seq`
 
-// sqlPayloads loads the rows the budget admitted: a range of the same index.
+// sqlPayloads loads the rows the budget admitted, a range of the same
+// index, and reads the device's last removal in the same snapshot: a row
+// of a device registered again since the first read comes with its
+// removal.
 const sqlPayloads = `
-SELECT seq, send_id, sender, sent_at, payload FROM envelopes
+SELECT seq, send_id, sender, sent_at, payload,
+       (SELECT removed_at FROM removals WHERE household = $1 AND device = $2)
+FROM envelopes
 WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4
 ORDER BY seq`
 
@@ -42,10 +53,16 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		return store.Batch{}, classify("fetch: sizes", err)
 	}
 	type sized struct{ seq, size int64 }
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sized, error) {
-		var s sized
-		err := row.Scan(&s.seq, &s.size)
-		return s, err
+	var (
+		list      []sized
+		removedAt *time.Time
+		seq, size *int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&removedAt, &seq, &size}, func() error {
+		if seq != nil {
+			list = append(list, sized{*seq, *size})
+		}
+		return nil
 	})
 	if err != nil {
 		return store.Batch{}, classify("fetch: sizes", err)
@@ -62,7 +79,7 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		n++
 		total += s.size
 	}
-	batch := store.Batch{More: n < len(list)}
+	batch := store.Batch{More: n < len(list), RemovedAt: utc(removedAt)}
 	if n == 0 {
 		return batch, nil
 	}
@@ -73,16 +90,76 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 	if err != nil {
 		return store.Batch{}, classify("fetch: payloads", err)
 	}
-	batch.Envelopes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Envelope, error) {
-		var e store.Envelope
-		err := row.Scan(&e.Seq, &e.ID, &e.From, &e.SentAt, &e.Payload)
+	var e store.Envelope
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.ID, &e.From, &e.SentAt, &e.Payload, &removedAt}, func() error {
 		e.SentAt = e.SentAt.UTC()
-		return e, err
+		batch.Envelopes = append(batch.Envelopes, e)
+		e = store.Envelope{} // Scan reuses the payload slice otherwise
+		batch.RemovedAt = utc(removedAt)
+		return nil
 	})
 	if err != nil {
 		return store.Batch{}, classify("fetch: payloads", err)
 	}
 	return batch, nil
+}
+
+// utc returns *t in UTC, or the zero time for NULL.
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// sqlState reads a device's position and last removal in one statement:
+// one row whether or not the device exists.
+const sqlState = `
+SELECT d.cursor, d.head, (SELECT removed_at FROM removals WHERE household = $1 AND device = $2)
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN devices d ON d.household = $1 AND d.name = $2`
+
+// State reads where a device stands, in one query, writing nothing.
+func (db *DB) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+	var (
+		cursor, head *int64
+		removedAt    *time.Time
+	)
+	if err := db.pool.QueryRow(ctx, sqlState, household, device).Scan(&cursor, &head, &removedAt); err != nil {
+		return store.DeviceState{}, classify("state", err)
+	}
+	st := store.DeviceState{Exists: cursor != nil, RemovedAt: utc(removedAt)}
+	if st.Exists {
+		st.Cursor, st.Head = *cursor, *head
+	}
+	return st, nil
+}
+
+// sqlAckMany is a batch of acks: relay_ack_many (migration 0002) locks the
+// devices that exist in (household, name) order, then deletes what the new
+// cursors cover and moves cursors, counters and last_seen, in one call.
+const sqlAckMany = `SELECT relay_ack_many($1, $2, $3, $4)`
+
+// AckMany applies a batch of acks in one statement, one round trip.
+func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
+	if len(acks) == 0 {
+		return 0, nil
+	}
+	households := make([]string, len(acks))
+	devices := make([]string, len(acks))
+	cursors := make([]int64, len(acks))
+	seen := make([]pgtype.Timestamptz, len(acks))
+	for i, a := range acks {
+		households[i], devices[i], cursors[i] = a.Household, a.Device, a.Cursor
+		if !a.Seen.IsZero() {
+			seen[i] = pgtype.Timestamptz{Time: micro(a.Seen), Valid: true}
+		}
+	}
+	var deleted int64
+	if err := db.pool.QueryRow(ctx, sqlAckMany, households, devices, cursors, seen).Scan(&deleted); err != nil {
+		return 0, classify("ack many", err)
+	}
+	return deleted, nil
 }
 
 const sqlPosition = `

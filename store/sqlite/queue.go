@@ -115,6 +115,10 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		}
 		n, more := prefix(sizes, p.Limit, p.Budget)
 		b.More = more
+		// The removal, in the snapshot that read (and will load) the rows.
+		if b.RemovedAt, err = removedAt(ctx, tx, p.Household, p.Device); err != nil {
+			return err
+		}
 		if n == 0 {
 			return nil
 		}
@@ -143,6 +147,115 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		return store.Batch{}, err
 	}
 	return b, nil
+}
+
+// removedAt reads a device's last removal; zero if it never was removed.
+func removedAt(ctx context.Context, q querier, household, device string) (time.Time, error) {
+	var at int64
+	err := q.QueryRowContext(ctx, `SELECT removed_at FROM removals WHERE household = ? AND device = ?`,
+		household, device).Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return time.Time{}, nil
+	case err != nil:
+		return time.Time{}, err
+	}
+	return fromMicros(at), nil
+}
+
+// State reads where a device stands, in one statement on a reader.
+func (db *DB) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+	var (
+		cursor, head, removed sql.NullInt64
+	)
+	err := db.reader.QueryRowContext(ctx, `SELECT d.cursor, d.head,
+			(SELECT removed_at FROM removals WHERE household = ?1 AND device = ?2)
+		FROM (SELECT 1) LEFT JOIN devices d ON d.household = ?1 AND d.name = ?2`,
+		household, device).Scan(&cursor, &head, &removed)
+	if err != nil {
+		return store.DeviceState{}, wrap(ctx, "state", err)
+	}
+	st := store.DeviceState{Exists: cursor.Valid, Cursor: cursor.Int64, Head: head.Int64}
+	if removed.Valid {
+		st.RemovedAt = fromMicros(removed.Int64)
+	}
+	return st, nil
+}
+
+// AckMany applies a batch of acks as one job of a group commit: one write
+// transaction, committed with whatever sends wait beside it.
+func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
+	if len(acks) == 0 {
+		return 0, nil
+	}
+	// One entry per device: the highest cursor, the latest time.
+	type key struct{ household, device string }
+	type want struct {
+		cursor int64
+		seen   int64 // Unix microseconds; 0: leave last_seen
+	}
+	merged := make(map[key]want, len(acks))
+	order := make([]key, 0, len(acks))
+	for _, a := range acks {
+		k := key{a.Household, a.Device}
+		w, ok := merged[k]
+		if !ok {
+			order = append(order, k)
+			w.cursor = a.Cursor
+		}
+		w.cursor = max(w.cursor, a.Cursor)
+		if !a.Seen.IsZero() {
+			w.seen = max(w.seen, micros(a.Seen))
+		}
+		merged[k] = w
+	}
+
+	var deleted int64
+	j := &job{op: "ack many", run: func(ctx context.Context, q querier) error {
+		deleted = 0
+		for _, k := range order {
+			w := merged[k]
+			var cursor, head, seen int64
+			err := q.QueryRowContext(ctx, `SELECT cursor, head, last_seen FROM devices WHERE household = ? AND name = ?`,
+				k.household, k.device).Scan(&cursor, &head, &seen)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // not registered (or removed): skipped, never created
+			}
+			if err != nil {
+				return err
+			}
+			// Up only, and never past the head.
+			to := max(cursor, min(w.cursor, head))
+			if to > cursor {
+				var n, size int64
+				if err := q.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM envelopes
+					WHERE household = ? AND device = ? AND seq > ? AND seq <= ?`, k.household, k.device, cursor, to).Scan(&n, &size); err != nil {
+					return err
+				}
+				if _, err := q.ExecContext(ctx, `DELETE FROM envelopes WHERE household = ? AND device = ? AND seq > ? AND seq <= ?`,
+					k.household, k.device, cursor, to); err != nil {
+					return err
+				}
+				if _, err := q.ExecContext(ctx, `UPDATE devices
+					SET cursor = ?, pending_count = pending_count - ?, pending_bytes = pending_bytes - ?
+					WHERE household = ? AND name = ?`, to, n, size, k.household, k.device); err != nil {
+					return err
+				}
+				deleted += n
+			}
+			if w.seen > seen {
+				if _, err := q.ExecContext(ctx, `UPDATE devices SET last_seen = ? WHERE household = ? AND name = ?`,
+					w.seen, k.household, k.device); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}}
+	if err := db.submit(ctx, j); err != nil {
+		return 0, err
+	}
+	return deleted, nil
 }
 
 // prefix picks how many of the envelopes with these sizes (in seq order) one

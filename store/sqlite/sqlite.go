@@ -23,6 +23,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -54,6 +56,15 @@ type DB struct {
 	reader *sql.DB // read-only, query_only connections
 	ping   *sql.DB // one connection of its own so a busy read pool cannot fail a probe
 	log    *slog.Logger
+
+	// The group writer (group.go): sends and ack batches, committed
+	// together.
+	jobs      chan *job     // unbuffered: a job is taken or still its caller's
+	quit      chan struct{} // closed by Close
+	stopped   chan struct{} // closed when the group writer has returned
+	closeOnce sync.Once
+	waiting   atomic.Int64 // callers waiting for the writer to take their job
+	groups    atomic.Int64 // groups committed
 }
 
 // Open opens (creating if needed) the database at cfg.Path and applies any
@@ -149,6 +160,8 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		db.Close()
 		return nil, err
 	}
+	db.jobs, db.quit, db.stopped = make(chan *job), make(chan struct{}), make(chan struct{})
+	go db.groupWriter()
 	return db, nil
 }
 
@@ -171,6 +184,12 @@ func (db *DB) Ping(ctx context.Context) error {
 // Close closes the readers first and the writer last, so that the last
 // connection to close is the one allowed to checkpoint and remove the WAL.
 func (db *DB) Close() error {
+	if db.stopped != nil {
+		// Let the group in progress commit; callers still waiting to be
+		// taken get errClosed.
+		db.closeOnce.Do(func() { close(db.quit) })
+		<-db.stopped
+	}
 	var errs []error
 	if db.ping != nil {
 		errs = append(errs, db.ping.Close())
@@ -219,7 +238,7 @@ func wrap(ctx context.Context, op string, err error) error {
 
 func isStoreError(err error) bool {
 	for _, s := range []error{store.ErrNotFound, store.ErrUnknownDevice, store.ErrConflict,
-		store.ErrQueueFull, store.ErrCursorAhead, store.ErrUnavailable} {
+		store.ErrQueueFull, store.ErrHouseholdFull, store.ErrCursorAhead, store.ErrUnavailable, errClosed} {
 		if errors.Is(err, s) {
 			return true
 		}

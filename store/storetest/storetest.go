@@ -10,7 +10,11 @@
 //   - An ack of a device that does not exist registers it, whatever the
 //     cursor, even a negative one that only asks for the position.
 //   - Pending limits are inclusive: a recipient may hold exactly
-//     MaxPendingEnvelopes envelopes and MaxPendingBytes bytes.
+//     MaxPendingEnvelopes envelopes and MaxPendingBytes bytes, and a
+//     household exactly MaxHouseholdPendingBytes bytes. Unknown recipients
+//     are reported first, then a full queue, then a full household.
+//   - AckMany skips devices that do not exist (it never registers one),
+//     and clamps a cursor past the head to the head.
 //   - One Expire call deletes everything that is due, in as many batches of
 //     at most Batch rows as that takes.
 //   - A send that failed stored nothing, its id included: the same id may be
@@ -51,7 +55,12 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Register", testRegister},
 		{"Send", testSend},
 		{"Ack", testAck},
+		{"AckMany", testAckMany},
+		{"State", testState},
 		{"Fetch", testFetch},
+		{"FetchRemovedAt", testFetchRemovedAt},
+		{"HouseholdFull", testHouseholdFull},
+		{"RepeatWakes", testRepeatWakes},
 		{"Devices", testDevices},
 		{"Delete", testDelete},
 		{"ClearPush", testClearPush},
