@@ -23,6 +23,8 @@ func testConcurrency(t *testing.T, open Opener) {
 	t.Run("FanOut", func(t *testing.T) { testFanOut(t, open) })
 	t.Run("RegisterAckRaceSends", func(t *testing.T) { testRaces(t, open) })
 	t.Run("FirstContactRace", func(t *testing.T) { testFirstContact(t, open) })
+	t.Run("AckManyBesideSendsRemovalsExpiry", func(t *testing.T) { ConcurrentAcks(t, fresh(t, open)) })
+	t.Run("RefusedAmongMany", func(t *testing.T) { testRefusedAmongMany(t, open) })
 }
 
 // pickRecipients draws 1 to max distinct devices in random order, then
