@@ -146,6 +146,9 @@ func testFetchRemovedAt(t *testing.T, open Opener) {
 }
 
 func testAckMany(t *testing.T, open Opener) {
+	// The guard is the clamp to the head: without it (the cursor moved to
+	// whatever the batch said), this went red in both backends at "past
+	// the head stops at it" (checked once by hand).
 	t.Run("UpOnlyClampedToHead", func(t *testing.T) {
 		s := fresh(t, open)
 		register(t, s, hh, "a", "b")
@@ -190,6 +193,9 @@ func testAckMany(t *testing.T, open Opener) {
 		checkPending(t, s, hh, "a")
 	})
 
+	// The guard is the skip: with the batch's missing devices inserted
+	// first, as Ack registers a device on first contact, this went red in
+	// both backends (checked once by hand).
 	t.Run("SkipsUnknownDevices", func(t *testing.T) {
 		s := fresh(t, open)
 		register(t, s, hh, "a", "gone")
@@ -308,6 +314,8 @@ func testAckMany(t *testing.T, open Opener) {
 	})
 }
 
+// testHouseholdFull: the household's pending bytes bound. With the check
+// taken out, this went red in both backends (checked once by hand).
 func testHouseholdFull(t *testing.T, open Opener) {
 	s := fresh(t, open)
 	register(t, s, hh, "a", "b", "c")
@@ -360,6 +368,11 @@ func testHouseholdFull(t *testing.T, open Opener) {
 	sendOK(t, s, q)
 }
 
+// testRepeatWakes: a repeat reports each recipient's push target now and
+// whether its copy of this send is still stored. The last step's guard is
+// the send_ref in the pending check: with the seq alone, a device
+// registered again after removal, whose seq 1 went to another send,
+// showed as pending in both backends (checked once by hand).
 func testRepeatWakes(t *testing.T, open Opener) {
 	s := fresh(t, open)
 	if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "a", Push: &pushA, Now: t0}); err != nil {
