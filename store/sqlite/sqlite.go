@@ -9,6 +9,14 @@
 // pool of read-only connections; in WAL mode they never wait for the
 // writer. busy_timeout covers the rest: another process on the same file,
 // such as a migration run beside the server.
+//
+// Sends and batches of acks are committed in groups (group.go): one
+// goroutine takes them from their callers and runs as many as are waiting
+// in one IMMEDIATE transaction on that same writer connection, each inside
+// a SAVEPOINT of its own so that a refused send rolls back alone, and
+// commits once. With synchronous=FULL a commit is an fsync, so a group of n
+// sends costs one fsync instead of n. The other writes are transactions of
+// their own on the writer connection, between groups.
 package sqlite
 
 import (
