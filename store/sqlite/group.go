@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 )
@@ -100,6 +101,9 @@ func (db *DB) runGroup(first *job) (carry *job) {
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		// Busy past busy_timeout (another process), or a connection left
+		// inside a transaction: a fresh connection is the clean start.
+		discard(conn)
 		first.done <- wrap(ctx, first.op, err)
 		return nil
 	}
@@ -121,7 +125,7 @@ func (db *DB) runGroup(first *job) (carry *job) {
 		if err != nil {
 			// The savepoint could not be rolled back: the transaction is in
 			// no state to commit any of the group.
-			_, _ = conn.ExecContext(ctx, "ROLLBACK")
+			rollback(ctx, conn)
 			fail(err)
 			return nil
 		}
@@ -142,7 +146,7 @@ func (db *DB) runGroup(first *job) (carry *job) {
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		// A failed COMMIT may leave the transaction open (a deferred
 		// constraint, a busy database); end it so the connection is clean.
-		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		rollback(ctx, conn)
 		fail(err)
 		return carry
 	}
@@ -151,6 +155,20 @@ func (db *DB) runGroup(first *job) (carry *job) {
 		j.done <- wrap(ctx, j.op, errs[i])
 	}
 	return carry
+}
+
+// rollback ends the group's transaction, and discards the connection if
+// even that fails, so that the next group starts on a clean one.
+func rollback(ctx context.Context, conn *sql.Conn) {
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		discard(conn)
+	}
+}
+
+// discard makes database/sql close conn when it is released instead of
+// handing it out again.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
 // runJob runs j inside a savepoint: its error (jerr) rolls back only its

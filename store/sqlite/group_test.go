@@ -332,3 +332,33 @@ func TestCloseWithJobsWaiting(t *testing.T) {
 		t.Error("Send after Close succeeded")
 	}
 }
+
+// TestGroupDiscardsDirtyConnection leaves the writer connection inside a
+// transaction, as a failed COMMIT elsewhere could: the next group cannot
+// begin and fails its send, and the one after runs on a fresh connection.
+//
+// The guard is discarding the connection when BEGIN fails: without it,
+// every later send failed with "cannot start a transaction within a
+// transaction" (checked once by hand).
+func TestGroupDiscardsDirtyConnection(t *testing.T) {
+	db := openTB(t, tempPath(t))
+	defer db.Close()
+	registerAll(t, db, "a")
+	conn, err := db.writer.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close() // back to the pool, still inside its transaction
+
+	p := store.SendParams{Household: "h", Sender: "x", ID: "1", To: []string{"a"}, Payload: []byte("x"), Now: t0}
+	if _, err := db.Send(t.Context(), p); err == nil {
+		t.Fatal("a send on a connection inside a transaction succeeded")
+	}
+	res, err := db.Send(t.Context(), p)
+	if err != nil || res.Repeat || res.Deliveries[0].Seq != 1 {
+		t.Fatalf("the next send = %+v, %v, want a first send at seq 1", res, err)
+	}
+}
