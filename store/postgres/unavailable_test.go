@@ -108,6 +108,14 @@ func TestHungDatabase(t *testing.T) {
 			_, err := db.Register(ctx, store.RegisterParams{Household: "home", Device: "b", Now: t0})
 			return err
 		}},
+		{"state", func(ctx context.Context) error {
+			_, err := db.State(ctx, "home", "a")
+			return err
+		}},
+		{"ack many", func(ctx context.Context) error {
+			_, err := db.AckMany(ctx, []store.Ack{{Household: "home", Device: "a", Cursor: 0, Seen: t0}})
+			return err
+		}},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
