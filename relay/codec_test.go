@@ -307,3 +307,23 @@ func TestCheckMsgpackEveryType(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodeSendMsgpack: what a MessagePack send costs to decode, the
+// walk included, for a small and the largest default payload.
+func BenchmarkDecodeSendMsgpack(b *testing.B) {
+	for _, size := range []int{100, 64 << 10} {
+		body := msgpackBody(b, map[string]any{"id": "bench", "to": []string{"phone", "laptop", "tablet"}, "payload": make([]byte, size)})
+		r, _ := http.NewRequest("POST", "/v1/send", nil)
+		r.Header.Set("Content-Type", contentMsgpack)
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var req sendRequest
+				if err := decodeRequest(r, body, &req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
