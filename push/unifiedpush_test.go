@@ -76,7 +76,7 @@ func TestCheckEndpoint(t *testing.T) {
 		{"hostname to metadata", "http://metadata.example/up", ErrForbiddenAddress, nil},
 		{"hostname to private v6", "http://v6private.example/up", ErrForbiddenAddress, nil},
 		{"one private answer among public", "http://mixed.example/up", ErrForbiddenAddress, nil},
-		{"unresolvable", "http://nowhere.example/up", ErrInvalidEndpoint, nil},
+		{"unresolvable", "http://nowhere.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"ftp", "ftp://push.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"file", "file:///etc/passwd", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"userinfo", "https://user:pw@push.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
@@ -162,7 +162,7 @@ func TestSendRefusesPrivate(t *testing.T) {
 	}
 
 	t.Run("provider", func(t *testing.T) {
-		up := newUnifiedPush(Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}})
+		up := newUnifiedPush(withDefaults(Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}}))
 		up.dialer.afterCheck = loopbackOnly
 		defer up.Close()
 		for _, u := range targets {
@@ -266,7 +266,7 @@ func TestUnifiedPushAnswers(t *testing.T) {
 	goneDevices := map[string]bool{}
 	for _, j := range gone.got() {
 		goneDevices[j.Device] = true
-		if j.Household != "home" || j.Target.Kind != KindUnifiedPush {
+		if j.Household != "hh-"+j.Device || j.Target.Kind != KindUnifiedPush {
 			t.Errorf("onGone job %+v", j)
 		}
 	}
