@@ -275,3 +275,23 @@ var rsaKey = sync.OnceValue(func() *rsa.PrivateKey {
 	}
 	return k
 })
+
+func (f *apnsFake) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, h := range f.hits {
+		n += h
+	}
+	return n
+}
+
+func (f *fcmFake) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, h := range f.hits {
+		n += h
+	}
+	return n
+}

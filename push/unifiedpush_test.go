@@ -86,6 +86,10 @@ func TestCheckEndpoint(t *testing.T) {
 		{"opaque", "http:push.example", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"bad port", "http://push.example:99999/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"too long", "https://push.example/" + strings.Repeat("a", maxEndpointLen), ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"space", "https://push.example/up here", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"non-ascii path", "https://push.example/üp", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"non-ascii host", "https://püsh.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"escaped non-ascii host", "https://p%C3%BCsh.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkEndpoint(ctx, tc.url, false, r)
@@ -130,6 +134,9 @@ func TestCheckTarget(t *testing.T) {
 		{Target{Kind: KindFCM, Address: "dGVzdA:APA91b-token_1"}, true},
 		{Target{Kind: KindFCM, Address: ""}, false},
 		{Target{Kind: KindFCM, Address: "a b"}, false},
+		{Target{Kind: KindFCM, Address: "a\x00b"}, false},
+		{Target{Kind: KindFCM, Address: "a\x1bb"}, false},
+		{Target{Kind: KindFCM, Address: "aéb"}, false},
 		{Target{Kind: KindUnifiedPush, Address: "http://127.0.0.1/up"}, false},
 		{Target{Kind: "sms", Address: "x"}, false},
 	} {
