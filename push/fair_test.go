@@ -3,6 +3,7 @@ package push
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -120,8 +121,10 @@ func TestHouseholdQueueShare(t *testing.T) {
 	hang := newUPFake(t, nil)
 	hang.gate = make(chan struct{})
 	healthy := newUPFake(t, nil)
+	var logs syncBuffer
 	q := newQueue(t, Config{Workers: 8, QueueSize: size, HouseholdQueue: share, HouseholdInFlight: cap,
-		AllowPrivate: true, Timeout: time.Minute, AttemptTimeout: time.Minute, ResponseHeaderTimeout: time.Minute}, nil)
+		AllowPrivate: true, Timeout: time.Minute, AttemptTimeout: time.Minute, ResponseHeaderTimeout: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
 	a := func(i int) Job { return householdJob("A", fmt.Sprint("a", i), hang.url(fmt.Sprint("/a", i))) }
 
 	for i := range cap {
@@ -137,6 +140,10 @@ func TestHouseholdQueueShare(t *testing.T) {
 	if s := q.Stats(); accepted != share || s.DroppedHouseholdFull != 12-cap-share || s.DroppedQueueFull != 0 {
 		t.Errorf("A: %d accepted, %d dropped household_full, %d queue_full; want %d, %d, 0",
 			accepted, s.DroppedHouseholdFull, s.DroppedQueueFull, share, 12-cap-share)
+	}
+	// The metrics name no household; the (rate-limited) log line does.
+	if out := logs.String(); !strings.Contains(out, "reason=household_full") || !strings.Contains(out, "household=A") {
+		t.Errorf("drop log does not name the reason and household:\n%s", out)
 	}
 	// A device whose push is queued still coalesces at the cap.
 	if q.Enqueue(a(cap)) || q.Stats().Coalesced != 1 || q.Stats().DroppedHouseholdFull != 12-cap-share {

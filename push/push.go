@@ -391,7 +391,7 @@ func (q *Queue) Enqueue(j Job) bool {
 	if q.providers[j.Target.Kind] == nil || j.Target.Address == "" {
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropUnconfigured, 1)
+		q.drop(dropUnconfigured, 1, "")
 		return false
 	}
 	key := j.Household + "\x00" + j.Device // names never contain NUL
@@ -401,7 +401,7 @@ func (q *Queue) Enqueue(j Job) bool {
 		q.mu.Unlock()
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropShutdown, 1)
+		q.drop(dropShutdown, 1, "")
 		return false
 	}
 	if e, ok := q.pending[key]; ok {
@@ -418,14 +418,14 @@ func (q *Queue) Enqueue(j Job) bool {
 		q.mu.Unlock()
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropHouseholdFull, 1)
+		q.drop(dropHouseholdFull, 1, j.Household)
 		return false
 	}
 	if q.n == q.cfg.QueueSize {
 		q.mu.Unlock()
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropQueueFull, 1)
+		q.drop(dropQueueFull, 1, "")
 		return false
 	}
 	if h == nil {
@@ -557,7 +557,7 @@ func (q *Queue) Close(ctx context.Context) {
 		q.cond.Broadcast()
 		q.mu.Unlock()
 		if dropped > 0 {
-			q.drop(dropShutdown, dropped)
+			q.drop(dropShutdown, dropped, "")
 		}
 	} else {
 		q.mu.Unlock()
@@ -606,7 +606,10 @@ func (q *Queue) Stats() Stats {
 	return s
 }
 
-func (q *Queue) drop(r dropReason, n int) {
+// drop counts n dropped pushes. household, when not empty, is the one
+// whose share was full; the (rate-limited) log line names it, since the
+// metrics do not.
+func (q *Queue) drop(r dropReason, n int, household string) {
 	total := q.dropped[r].Add(uint64(n))
 	q.metrics.drop(r, n)
 	q.dropLog.Do(func() {
@@ -614,7 +617,11 @@ func (q *Queue) drop(r dropReason, n int) {
 		for i := range q.dropped {
 			all += q.dropped[i].Load()
 		}
-		q.log.Warn("push dropped", "reason", dropReasonNames[r], "reason_total", total, "dropped_total", all)
+		attrs := []any{"reason", dropReasonNames[r], "reason_total", total, "dropped_total", all}
+		if household != "" {
+			attrs = append(attrs, "household", household)
+		}
+		q.log.Warn("push dropped", attrs...)
 	})
 }
 
@@ -656,7 +663,7 @@ func (q *Queue) run(j Job) {
 		q.onGone(gctx, j)
 		gcancel()
 	case q.base.Err() != nil:
-		q.drop(dropShutdown, 1)
+		q.drop(dropShutdown, 1, "")
 	default:
 		total := q.failed.Add(1)
 		q.metrics.fail(kind, false)
