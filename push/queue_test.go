@@ -413,3 +413,22 @@ func BenchmarkEnqueue(b *testing.B) {
 	b.StopTimer()
 	close(fake.gate)
 }
+
+// BenchmarkEnqueueHouseholds is BenchmarkEnqueue with the devices in 500
+// households of 10, so Enqueue also meets the household caps and drops.
+func BenchmarkEnqueueHouseholds(b *testing.B) {
+	fake := newUPFake(b, nil)
+	fake.gate = make(chan struct{})
+	q := newQueue(b, Config{Workers: 8, QueueSize: 1024, AllowPrivate: true, Timeout: time.Minute}, nil)
+	jobs := make([]Job, 5000)
+	for i := range jobs {
+		jobs[i] = householdJob(fmt.Sprint("h", i/10), fmt.Sprint("d", i), fake.url(fmt.Sprint("/d", i)))
+	}
+	i := 0
+	for b.Loop() {
+		q.Enqueue(jobs[i%len(jobs)])
+		i++
+	}
+	b.StopTimer()
+	close(fake.gate)
+}
