@@ -242,9 +242,13 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 	for _, u := range urls {
 		r.apis = append(r.apis, &api{base: u, hc: hc, msgpack: cfg.codec == "msgpack"})
 	}
-	household := "lt-" + time.Now().UTC().Format("20060102T150405") + "-" + r.tag
+	// Each pair is a household of its own, two devices, as a family's
+	// phone and laptop would be: a relay's per-household limits then see
+	// what they would see in the field, not one household sending
+	// everything.
+	households := "lt-" + time.Now().UTC().Format("20060102T150405") + "-" + r.tag + "-"
 	exp := time.Now().Add(time.Duration(cfg.wait)*time.Second + cfg.duration + cfg.drain + time.Hour)
-	mint := func(device string) string {
+	mint := func(household, device string) string {
 		tok, err := token.Mint(key, token.Claims{
 			Household: household, Device: device, Expires: exp,
 			IssuedAt: time.Now(), Scope: token.ScopeDevice,
@@ -265,7 +269,8 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 			pollAPI: r.apis[k%n],
 			sendAPI: r.apis[(k+1)%n],
 		}
-		p.senderTok, p.recipientTok = mint(p.sender), mint(p.recipient)
+		household := households + strconv.Itoa(k)
+		p.senderTok, p.recipientTok = mint(household, p.sender), mint(household, p.recipient)
 		r.pairs = append(r.pairs, p)
 	}
 	r.order = rand.Perm(cfg.pairs)

@@ -1,7 +1,6 @@
 package push
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"encoding/json"
@@ -34,21 +33,20 @@ const (
 
 // apns sends background pushes over HTTP/2 with token-based auth.
 type apns struct {
-	url       string
-	keyID     string
-	teamID    string
-	topic     string
-	key       *ecdsa.PrivateKey
-	transport *http.Transport
-	client    *http.Client
-	now       func() time.Time
+	url    string
+	keyID  string
+	teamID string
+	topic  string
+	key    *ecdsa.PrivateKey
+	caller *caller
+	now    func() time.Time
 
 	mu     sync.Mutex
 	token  string
 	issued time.Time
 }
 
-func newAPNs(cfg APNsConfig) (*apns, error) {
+func newAPNs(cfg APNsConfig, headerTimeout, attempt time.Duration) (*apns, error) {
 	if cfg.KeyID == "" || cfg.TeamID == "" || cfg.Topic == "" {
 		return nil, fmt.Errorf("push: APNs needs a key id, team id and topic with its key file")
 	}
@@ -64,16 +62,14 @@ func newAPNs(cfg APNsConfig) (*apns, error) {
 	if base == "" {
 		base = DefaultAPNsURL
 	}
-	tr := newTransport(cfg.RootCAs)
 	return &apns{
-		url:       strings.TrimRight(base, "/"),
-		keyID:     cfg.KeyID,
-		teamID:    cfg.TeamID,
-		topic:     cfg.Topic,
-		key:       key,
-		transport: tr,
-		client:    newClient(tr),
-		now:       time.Now,
+		url:    strings.TrimRight(base, "/"),
+		keyID:  cfg.KeyID,
+		teamID: cfg.TeamID,
+		topic:  cfg.Topic,
+		key:    key,
+		caller: newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt),
+		now:    time.Now,
 	}, nil
 }
 
@@ -122,29 +118,27 @@ func (a *apns) Push(ctx context.Context, deviceToken string) error {
 		if err != nil {
 			return err
 		}
+		se := &statusError{from: KindAPNs, status: status, reason: reason}
 		switch {
 		case status == http.StatusOK:
 			return nil
 		case status == http.StatusGone || reason == "Unregistered" ||
 			(status == http.StatusBadRequest && reason == "BadDeviceToken"):
-			return fmt.Errorf("apns: status %d %s: %w", status, reason, ErrGone)
+			return fmt.Errorf("%w: %w", se, ErrGone)
 		case status == http.StatusForbidden && reason == "ExpiredProviderToken" && try == 0 && a.expire(tok):
 			continue // once, with a fresh token
 		case retryable(status):
-			return &RetryableError{Err: fmt.Errorf("apns: status %d %s", status, reason), After: after}
+			return &RetryableError{Err: se, After: after}
 		default:
-			return fmt.Errorf("apns: status %d %s", status, reason)
+			return se
 		}
 	}
 }
 
+// post sends one push. Its errors never name the URL, which holds the
+// device token.
 func (a *apns) post(ctx context.Context, deviceToken, providerToken string) (status int, reason string, after time.Duration, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-		a.url+"/3/device/"+deviceToken, bytes.NewReader([]byte(APNsBody)))
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("apns: %w", err)
-	}
-	h := req.Header
+	h := http.Header{}
 	h.Set("Authorization", "bearer "+providerToken)
 	h.Set("Content-Type", "application/json")
 	h.Set("apns-push-type", "background")
@@ -152,16 +146,15 @@ func (a *apns) post(ctx context.Context, deviceToken, providerToken string) (sta
 	h.Set("apns-topic", a.topic)
 	h.Set("apns-expiration", strconv.FormatInt(a.now().Add(apnsExpiration).Unix(), 10))
 	h.Set("apns-collapse-id", apnsCollapseID)
-	resp, err := a.client.Do(req)
+	ans, err := a.caller.call(ctx, http.MethodPost, a.url+"/3/device/"+deviceToken, []byte(APNsBody), h)
 	if err != nil {
 		return 0, "", 0, fmt.Errorf("apns: %w", err)
 	}
-	body := readBody(resp)
-	var answer struct {
+	var body struct {
 		Reason string `json:"reason"`
 	}
-	_ = json.Unmarshal(body, &answer) // a 200 has no body; an odd one just has no reason
-	return resp.StatusCode, answer.Reason, retryAfter(resp.Header, a.now()), nil
+	_ = json.Unmarshal(ans.body, &body) // a 200 has no body; an odd one just has no reason
+	return ans.status, body.Reason, retryAfter(ans.header, a.now()), nil
 }
 
-func (a *apns) Close() { a.transport.CloseIdleConnections() }
+func (a *apns) Close() { a.caller.close() }

@@ -230,7 +230,7 @@ func TestAPNs(t *testing.T) {
 func TestAPNsTokenRenewal(t *testing.T) {
 	key, keyFile := newP8(t)
 	fake := newAPNsFake(t, &key.PublicKey, nil)
-	a, err := newAPNs(apnsConfig(keyFile, fake))
+	a, err := newAPNs(apnsConfig(keyFile, fake), DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestAPNsTokenRenewal(t *testing.T) {
 func TestAPNsExpiredProviderToken(t *testing.T) {
 	key, keyFile := newP8(t)
 	fake := newAPNsFake(t, &key.PublicKey, nil)
-	a, err := newAPNs(apnsConfig(keyFile, fake))
+	a, err := newAPNs(apnsConfig(keyFile, fake), DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestAPNsKeyMustBeP256(t *testing.T) {
 	rsaFile := writeFile(t, "rsa.p8", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: rsaDER}))
 	junk := writeFile(t, "junk.p8", []byte("not a key"))
 	for _, f := range []string{p384, rsaFile, junk} {
-		if _, err := newAPNs(APNsConfig{KeyFile: f, KeyID: testKeyID, TeamID: testTeamID, Topic: testTopic}); err == nil {
+		if _, err := newAPNs(APNsConfig{KeyFile: f, KeyID: testKeyID, TeamID: testTeamID, Topic: testTopic}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout); err == nil {
 			t.Errorf("newAPNs accepted %s", f)
 		}
 	}

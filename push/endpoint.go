@@ -18,14 +18,28 @@ type Resolver interface {
 }
 
 const (
-	maxEndpointLen = 2048
-	maxTokenLen    = 4096
+	maxEndpointLen  = 2048
+	maxAPNsTokenLen = 200 // hex digits
+	maxTokenLen     = 4096
 )
 
-// CheckTarget is the register-time check of a push target: a known kind,
-// a well-formed address, and for UnifiedPush an endpoint that passes
-// CheckEndpoint. Kind "none" (or empty) with no address is valid.
+// CheckTarget is the register-time check of a push target. It runs the
+// very checks the providers run before each send (and the address rule the
+// UnifiedPush dialer applies), so a target it accepts is never refused by
+// a worker for its form, and one a worker would refuse is refused here:
+//
+//   - UnifiedPush: CheckEndpoint.
+//   - APNs: 1 to 100 bytes as an even number of hex digits.
+//   - FCM: 1 to 4096 bytes of printable ASCII, no space.
+//   - Kind "none" (or empty) with no address is valid; any other kind is not.
+//
+// Whether the kind's provider is configured is Queue.Enabled's question.
+// Queue.CheckTarget is the same check with the queue's own settings.
 func CheckTarget(ctx context.Context, t Target, allowPrivate bool) error {
+	return checkTarget(ctx, t, allowPrivate, net.DefaultResolver)
+}
+
+func checkTarget(ctx context.Context, t Target, allowPrivate bool, r Resolver) error {
 	switch t.Kind {
 	case "", KindNone:
 		if t.Address != "" {
@@ -33,7 +47,7 @@ func CheckTarget(ctx context.Context, t Target, allowPrivate bool) error {
 		}
 		return nil
 	case KindUnifiedPush:
-		return CheckEndpoint(ctx, t.Address, allowPrivate)
+		return checkEndpoint(ctx, t.Address, allowPrivate, r)
 	case KindAPNs:
 		return checkAPNsToken(t.Address)
 	case KindFCM:
@@ -44,10 +58,11 @@ func CheckTarget(ctx context.Context, t Target, allowPrivate bool) error {
 }
 
 // CheckEndpoint is the register-time check of a UnifiedPush endpoint: an
-// http or https URL with a host and no userinfo, whose host (unless
-// allowPrivate) resolves only to public addresses. The same address rule
-// is applied again at send time to the address actually dialled, so a DNS
-// answer that changes later cannot reach an internal service.
+// http or https URL of printable ASCII with a host name or address and no
+// userinfo, whose host resolves, and (unless allowPrivate) only to public
+// addresses. The same rules run again at send time, the address rule on
+// the address actually dialled, so a DNS answer that changes later cannot
+// reach an internal service.
 func CheckEndpoint(ctx context.Context, rawURL string, allowPrivate bool) error {
 	return checkEndpoint(ctx, rawURL, allowPrivate, net.DefaultResolver)
 }
@@ -57,20 +72,24 @@ func checkEndpoint(ctx context.Context, rawURL string, allowPrivate bool, r Reso
 	if err != nil {
 		return err
 	}
-	if allowPrivate {
-		return nil
-	}
-	_, err = resolveAllowed(ctx, r, u.Hostname())
+	_, err = resolveHost(ctx, r, u.Hostname(), allowPrivate)
 	return err
 }
 
+// parseEndpoint is the form check of an endpoint, run at register and
+// before every send. Its errors never quote the URL.
 func parseEndpoint(rawURL string) (*url.URL, error) {
 	if len(rawURL) > maxEndpointLen {
 		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalidEndpoint, maxEndpointLen)
 	}
+	// A URI is ASCII; a space or a control byte is someone's mistake or
+	// someone's trick.
+	if i := strings.IndexFunc(rawURL, func(r rune) bool { return r <= ' ' || r >= 0x7f }); i >= 0 {
+		return nil, fmt.Errorf("%w: byte %d is not printable ASCII", ErrInvalidEndpoint, i)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, stripURL(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("%w: scheme %q is not http or https", ErrInvalidEndpoint, u.Scheme)
@@ -78,8 +97,17 @@ func parseEndpoint(rawURL string) (*url.URL, error) {
 	if u.User != nil {
 		return nil, fmt.Errorf("%w: userinfo is not allowed", ErrInvalidEndpoint)
 	}
-	if u.Opaque != "" || u.Hostname() == "" {
+	host := u.Hostname()
+	if u.Opaque != "" || host == "" {
 		return nil, fmt.Errorf("%w: no host", ErrInvalidEndpoint)
+	}
+	// A host is an address or an ASCII name; %-escapes in the host
+	// (which url.Parse decodes) would send the resolver elsewhere than
+	// the URL shows.
+	if _, err := netip.ParseAddr(host); err != nil && strings.IndexFunc(host, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '.' || r == '_')
+	}) >= 0 {
+		return nil, fmt.Errorf("%w: host is not a name or an address", ErrInvalidEndpoint)
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
@@ -89,20 +117,36 @@ func parseEndpoint(rawURL string) (*url.URL, error) {
 	return u, nil
 }
 
-// resolveAllowed resolves host (or parses it as an address) and refuses the
-// lot if any address is not allowed: a mixed answer is someone's trick.
-func resolveAllowed(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {
-	var addrs []netip.Addr
+// resolveHost resolves host (or parses it as an address). Unless
+// allowPrivate it refuses the lot if any address is not public: a mixed
+// answer is someone's trick. Register time and the dialer both use it.
+func resolveHost(ctx context.Context, r Resolver, host string, allowPrivate bool) ([]netip.Addr, error) {
+	if allowPrivate {
+		return resolve(ctx, r, host)
+	}
+	return resolveAllowed(ctx, r, host)
+}
+
+func resolve(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		addrs, err = r.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			return nil, fmt.Errorf("%w: resolve %q: %w", ErrInvalidEndpoint, host, err)
-		}
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("%w: %q has no address", ErrInvalidEndpoint, host)
-		}
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: resolve %q: %w", ErrInvalidEndpoint, host, err)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%w: %q has no address", ErrInvalidEndpoint, host)
+	}
+	return addrs, nil
+}
+
+// resolveAllowed is resolve that refuses any answer with an address that
+// is not public.
+func resolveAllowed(ctx context.Context, r Resolver, host string) ([]netip.Addr, error) {
+	addrs, err := resolve(ctx, r, host)
+	if err != nil {
+		return nil, err
 	}
 	for _, a := range addrs {
 		if !publicAddr(a) {
@@ -204,14 +248,8 @@ func (d *guardedDialer) DialContext(ctx context.Context, network, address string
 	if err != nil {
 		return nil, fmt.Errorf("%w: bad port %q", ErrInvalidEndpoint, portStr)
 	}
-	var addrs []netip.Addr
-	if d.allowPrivate {
-		if a, perr := netip.ParseAddr(host); perr == nil {
-			addrs = []netip.Addr{a}
-		} else if addrs, err = d.resolver.LookupNetIP(ctx, "ip", host); err != nil {
-			return nil, fmt.Errorf("%w: resolve %q: %w", ErrInvalidEndpoint, host, err)
-		}
-	} else if addrs, err = resolveAllowed(ctx, d.resolver, host); err != nil {
+	addrs, err := resolveHost(ctx, d.resolver, host, d.allowPrivate)
+	if err != nil {
 		return nil, err
 	}
 	var firstErr error
@@ -233,9 +271,12 @@ func (d *guardedDialer) DialContext(ctx context.Context, network, address string
 	return nil, firstErr
 }
 
+// checkAPNsToken is the form of an APNs device token, run at register and
+// before every send. Tokens are 32 bytes today; Apple says they may grow,
+// so up to 100 bytes are taken.
 func checkAPNsToken(tok string) error {
-	if tok == "" || len(tok) > 200 || len(tok)%2 != 0 {
-		return fmt.Errorf("%w: an APNs device token is an even number of hex digits, at most 200", ErrInvalidTarget)
+	if tok == "" || len(tok) > maxAPNsTokenLen || len(tok)%2 != 0 {
+		return fmt.Errorf("%w: an APNs device token is an even number of hex digits, at most %d", ErrInvalidTarget, maxAPNsTokenLen)
 	}
 	for i := 0; i < len(tok); i++ {
 		c := tok[i]
@@ -246,6 +287,9 @@ func checkAPNsToken(tok string) error {
 	return nil
 }
 
+// checkFCMToken is the form of an FCM registration token, run at register
+// and before every send: printable ASCII without spaces, so that it cannot
+// carry a control byte into a request or a log.
 func checkFCMToken(tok string) error {
 	if tok == "" || len(tok) > maxTokenLen {
 		return fmt.Errorf("%w: an FCM registration token is 1 to %d bytes", ErrInvalidTarget, maxTokenLen)

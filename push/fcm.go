@@ -1,7 +1,6 @@
 package push
 
 import (
-	"bytes"
 	"context"
 	"crypto/rsa"
 	"encoding/json"
@@ -25,14 +24,13 @@ const (
 // fcm sends data-only, high-priority FCM HTTP v1 messages, authorised by
 // an OAuth access token that a service account's signed JWT buys.
 type fcm struct {
-	sendURL   string
-	tokenURL  string
-	email     string
-	keyID     string
-	key       *rsa.PrivateKey
-	transport *http.Transport
-	client    *http.Client
-	now       func() time.Time
+	sendURL  string
+	tokenURL string
+	email    string
+	keyID    string
+	key      *rsa.PrivateKey
+	caller   *caller
+	now      func() time.Time
 
 	// tokenLock is a one-slot semaphore rather than a mutex so that a
 	// push whose deadline passes stops waiting for another's exchange.
@@ -51,7 +49,7 @@ type serviceAccount struct {
 	TokenURI     string `json:"token_uri"`
 }
 
-func newFCM(cfg FCMConfig) (*fcm, error) {
+func newFCM(cfg FCMConfig, headerTimeout, attempt time.Duration) (*fcm, error) {
 	raw, err := os.ReadFile(cfg.CredentialsFile)
 	if err != nil {
 		return nil, fmt.Errorf("push: FCM credentials: %w", err)
@@ -78,15 +76,13 @@ func newFCM(cfg FCMConfig) (*fcm, error) {
 	if base == "" {
 		base = DefaultFCMURL
 	}
-	tr := newTransport(cfg.RootCAs)
 	return &fcm{
 		sendURL:   strings.TrimRight(base, "/") + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
 		tokenURL:  tokenURL,
 		email:     sa.ClientEmail,
 		keyID:     sa.PrivateKeyID,
 		key:       key,
-		transport: tr,
-		client:    newClient(tr),
+		caller:    newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt),
 		now:       time.Now,
 		tokenLock: make(chan struct{}, 1),
 	}, nil
@@ -146,20 +142,16 @@ func (f *fcm) exchange(ctx context.Context) (string, time.Duration, error) {
 		return "", 0, fmt.Errorf("fcm: assertion: %w", err)
 	}
 	form := url.Values{"grant_type": {jwtBearer}, "assertion": {assertion}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.tokenURL, strings.NewReader(form.Encode()))
+	h := http.Header{}
+	h.Set("Content-Type", "application/x-www-form-urlencoded")
+	ans, err := f.caller.call(ctx, http.MethodPost, f.tokenURL, []byte(form.Encode()), h)
 	if err != nil {
 		return "", 0, fmt.Errorf("fcm: token request: %w", err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return "", 0, fmt.Errorf("fcm: token request: %w", err)
-	}
-	body := readBody(resp)
-	if resp.StatusCode != http.StatusOK {
-		err := fmt.Errorf("fcm: token endpoint status %d", resp.StatusCode)
-		if retryable(resp.StatusCode) {
-			return "", 0, &RetryableError{Err: err, After: retryAfter(resp.Header, f.now())}
+	if ans.status != http.StatusOK {
+		err := &statusError{from: "fcm token endpoint", status: ans.status}
+		if retryable(ans.status) {
+			return "", 0, &RetryableError{Err: err, After: retryAfter(ans.header, f.now())}
 		}
 		return "", 0, err
 	}
@@ -167,7 +159,7 @@ func (f *fcm) exchange(ctx context.Context) (string, time.Duration, error) {
 		AccessToken string `json:"access_token"`
 		ExpiresIn   int64  `json:"expires_in"`
 	}
-	if err := json.Unmarshal(body, &answer); err != nil || answer.AccessToken == "" || answer.ExpiresIn <= 0 {
+	if err := json.Unmarshal(ans.body, &answer); err != nil || answer.AccessToken == "" || answer.ExpiresIn <= 0 {
 		return "", 0, fmt.Errorf("fcm: token endpoint answered without access_token and expires_in")
 	}
 	return answer.AccessToken, time.Duration(answer.ExpiresIn) * time.Second, nil
@@ -209,6 +201,7 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		if err != nil {
 			return err
 		}
+		se := &statusError{from: KindFCM, status: status, reason: code}
 		switch {
 		case status == http.StatusOK:
 			return nil
@@ -216,31 +209,27 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		// answer (no error body: a wrong URL, a proxy) must not clear
 		// every device's target, so it is a plain failure.
 		case code == "UNREGISTERED" || (status == http.StatusNotFound && code == "NOT_FOUND"):
-			return fmt.Errorf("fcm: status %d %s: %w", status, code, ErrGone)
+			return fmt.Errorf("%w: %w", se, ErrGone)
 		case status == http.StatusUnauthorized && try == 0:
 			f.forget(ctx, tok) // revoked or expired early: once more with a new one
 			continue
 		case retryable(status):
-			return &RetryableError{Err: fmt.Errorf("fcm: status %d %s", status, code), After: after}
+			return &RetryableError{Err: se, After: after}
 		default:
-			return fmt.Errorf("fcm: status %d %s", status, code)
+			return se
 		}
 	}
 }
 
 // post sends one message and returns the status and FCM's error code.
 func (f *fcm) post(ctx context.Context, body []byte, accessToken string) (int, string, time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.sendURL, bytes.NewReader(body))
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+accessToken)
+	h.Set("Content-Type", "application/json")
+	ans, err := f.caller.call(ctx, http.MethodPost, f.sendURL, body, h)
 	if err != nil {
 		return 0, "", 0, fmt.Errorf("fcm: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+accessToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("fcm: %w", err)
-	}
-	raw := readBody(resp)
 	var answer struct {
 		Error struct {
 			Status  string `json:"status"`
@@ -249,14 +238,14 @@ func (f *fcm) post(ctx context.Context, body []byte, accessToken string) (int, s
 			} `json:"details"`
 		} `json:"error"`
 	}
-	_ = json.Unmarshal(raw, &answer) // a success has no error; an odd answer just has no code
+	_ = json.Unmarshal(ans.body, &answer) // a success has no error; an odd answer just has no code
 	code := answer.Error.Status
 	for _, d := range answer.Error.Details {
 		if d.ErrorCode != "" {
 			code = d.ErrorCode // the FCM-specific code is the precise one
 		}
 	}
-	return resp.StatusCode, code, retryAfter(resp.Header, f.now()), nil
+	return ans.status, code, retryAfter(ans.header, f.now()), nil
 }
 
-func (f *fcm) Close() { f.transport.CloseIdleConnections() }
+func (f *fcm) Close() { f.caller.close() }

@@ -255,7 +255,7 @@ func TestFCMTokenURLOverride(t *testing.T) {
 		CredentialsFile: credentials(t, "https://oauth2.invalid/token"),
 		URL:             fake.srv.URL,
 		TokenURL:        fake.tokenURL(),
-	})
+	}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestFCMTokenURLOverride(t *testing.T) {
 // The access token is kept until shortly before it expires.
 func TestFCMTokenRenewal(t *testing.T) {
 	fake := newFCMFake(t, nil)
-	f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL})
+	f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestFCMTokenRenewal(t *testing.T) {
 // more with a new one.
 func TestFCMRevokedToken(t *testing.T) {
 	fake := newFCMFake(t, nil)
-	f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL})
+	f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestFCMBadCredentials(t *testing.T) {
 		{"bad key", `{"project_id":"p","client_email":"a@b","private_key":"not pem","token_uri":"http://127.0.0.1:1"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := newFCM(FCMConfig{CredentialsFile: writeFile(t, "sa.json", []byte(tc.json))}); err == nil {
+			if _, err := newFCM(FCMConfig{CredentialsFile: writeFile(t, "sa.json", []byte(tc.json))}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout); err == nil {
 				t.Error("newFCM accepted it")
 			}
 		})

@@ -104,6 +104,7 @@ type upFake struct {
 	hits   map[string]int
 	bodies []string
 	times  map[string][]time.Time
+	held   []time.Duration // how long each request waited at the gate
 	bad    []string
 }
 
@@ -130,10 +131,14 @@ func (f *upFake) serve(w http.ResponseWriter, r *http.Request) {
 
 	if gate != nil {
 		f.inFlight.Add(1)
+		arrived := time.Now()
 		select {
 		case <-gate:
 		case <-r.Context().Done():
 		}
+		f.mu.Lock()
+		f.held = append(f.held, time.Since(arrived))
+		f.mu.Unlock()
 		f.inFlight.Add(-1)
 	}
 	status, after := http.StatusCreated, ""
@@ -147,6 +152,38 @@ func (f *upFake) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *upFake) url(path string) string { return f.srv.URL + path }
+
+// firstHit is when path was first requested, zero if never.
+func (f *upFake) firstHit(path string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ts := f.times[path]; len(ts) > 0 {
+		return ts[0]
+	}
+	return time.Time{}
+}
+
+// hitsBefore counts the requests, to any path, that arrived before t.
+func (f *upFake) hitsBefore(t time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, ts := range f.times {
+		for _, at := range ts {
+			if at.Before(t) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// heldTimes are how long the requests held at the gate waited there.
+func (f *upFake) heldTimes() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.held...)
+}
 
 func (f *upFake) hitsFor(path string) int {
 	f.mu.Lock()
@@ -238,3 +275,23 @@ var rsaKey = sync.OnceValue(func() *rsa.PrivateKey {
 	}
 	return k
 })
+
+func (f *apnsFake) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, h := range f.hits {
+		n += h
+	}
+	return n
+}
+
+func (f *fcmFake) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, h := range f.hits {
+		n += h
+	}
+	return n
+}

@@ -12,6 +12,8 @@ import (
 // only labels are the provider kind and the drop reason.
 type metrics struct {
 	queued    prometheus.Gauge
+	atCap     prometheus.Gauge
+	deferred  prometheus.Counter
 	attempted prometheus.Counter
 	coalesced prometheus.Counter
 	sent      prometheus.Counter
@@ -29,6 +31,12 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metr
 	m := &metrics{
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fn_push_queued", Help: "Pushes waiting for a worker.",
+		}),
+		atCap: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fn_push_households_at_cap", Help: "Households with pushes waiting that already have their most pushes in flight.",
+		}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_push_household_deferred_total", Help: "Pushes held back because their household already had its most pushes in flight; other households' pushes went first.",
 		}),
 		attempted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fn_push_attempted_total", Help: "Pushes offered to the queue, coalesced ones excepted.",
@@ -57,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metr
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"provider"}),
 	}
-	for _, c := range []prometheus.Collector{m.queued, m.attempted, m.coalesced, m.sent, m.gone, m.dropped, m.failed, m.retries, m.duration} {
+	for _, c := range []prometheus.Collector{m.queued, m.atCap, m.deferred, m.attempted, m.coalesced, m.sent, m.gone, m.dropped, m.failed, m.retries, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("push: register metrics: %w", err)
 		}
@@ -77,6 +85,18 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metr
 func (m *metrics) setQueued(n int) {
 	if m != nil {
 		m.queued.Set(float64(n))
+	}
+}
+
+func (m *metrics) setAtCap(n int) {
+	if m != nil {
+		m.atCap.Set(float64(n))
+	}
+}
+
+func (m *metrics) deferral() {
+	if m != nil {
+		m.deferred.Inc()
 	}
 }
 

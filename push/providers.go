@@ -5,7 +5,7 @@ package push
 func newProviders(cfg Config) (map[string]Provider, error) {
 	ps := map[string]Provider{KindUnifiedPush: newUnifiedPush(cfg)}
 	if cfg.APNs.KeyFile != "" {
-		a, err := newAPNs(cfg.APNs)
+		a, err := newAPNs(cfg.APNs, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)
 		if err != nil {
 			closeProviders(ps)
 			return nil, err
@@ -13,7 +13,7 @@ func newProviders(cfg Config) (map[string]Provider, error) {
 		ps[KindAPNs] = a
 	}
 	if cfg.FCM.CredentialsFile != "" {
-		f, err := newFCM(cfg.FCM)
+		f, err := newFCM(cfg.FCM, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)
 		if err != nil {
 			closeProviders(ps)
 			return nil, err

@@ -1,9 +1,11 @@
 // Package push sends content-free wake-ups ("you have envelopes") to devices
 // through UnifiedPush, APNs and FCM.
 //
-// One Queue per relay process bounds how many pushes wait and how many run.
-// A push that does not fit is dropped and counted, and the envelope simply
-// waits for the device's next poll: a push is a hint, never the delivery.
+// One Queue per relay process bounds how many pushes wait and how many run,
+// and how many of each one household may have, so that one household whose
+// endpoints hang or flood cannot hold up everyone else's pushes. A push that
+// does not fit is dropped and counted, and the envelope simply waits for the
+// device's next poll: a push is a hint, never the delivery.
 //
 // A Job names a device and where to reach it, and nothing else. It has no
 // payload field, so no envelope content can reach a push provider; every
@@ -16,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +43,26 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultMaxAttempts = 4
 	DefaultRetryBase   = 500 * time.Millisecond
+	// DefaultHouseholdInFlight: with the default 8 workers, a household
+	// whose endpoints all hang holds at most 2 of them (for at most an
+	// attempt's bound each) and leaves 6 to everyone else; it takes four
+	// such households at once to stall the rest. A household has a few
+	// devices, and pushes to healthy endpoints take tens of milliseconds,
+	// so 2 at a time delays a household's own wake-ups very little.
+	DefaultHouseholdInFlight = 2
+	// DefaultHouseholdQueueShare: by default one household may have
+	// QueueSize/8 pushes waiting (128 of the default 1024: twice a send to
+	// the most recipients the relay allows), so it takes eight households
+	// flooding at once to fill the queue for everyone.
+	DefaultHouseholdQueueShare = 8
+	// DefaultResponseHeaderTimeout: providers answer in well under a
+	// second; an endpoint silent for 5 s after the request is written is
+	// one that holds connections open, not a slow one.
+	DefaultResponseHeaderTimeout = 5 * time.Second
+	// DefaultAttemptTimeout bounds one whole exchange: a cold connection
+	// (DNS, TCP, TLS) to a distant endpoint, the 5 s for the headers, and
+	// the (small, bounded) body.
+	DefaultAttemptTimeout = 10 * time.Second
 )
 
 var (
@@ -65,12 +89,27 @@ type RetryableError struct {
 func (e *RetryableError) Error() string { return e.Err.Error() }
 func (e *RetryableError) Unwrap() error { return e.Err }
 
+// statusError is a complete answer other than a success. It names who
+// answered and what, never the target.
+type statusError struct {
+	from   string // the provider kind, or "fcm token endpoint"
+	status int
+	reason string // the provider's error code, if it gave one
+}
+
+func (e *statusError) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("%s: status %d", e.from, e.status)
+	}
+	return fmt.Sprintf("%s: status %d %s", e.from, e.status, e.reason)
+}
+
 // Provider sends one content-free wake to an address of its kind.
 type Provider interface {
 	// Push returns nil when the provider accepted the push, an error
 	// wrapping ErrGone when the target no longer exists, a
 	// *RetryableError when it may succeed later, and any other error
-	// when it never will.
+	// when it never will. No error names the address.
 	Push(ctx context.Context, address string) error
 	// Close releases idle connections.
 	Close()
@@ -96,6 +135,24 @@ type Config struct {
 	Timeout     time.Duration // deadline of one push, retries included
 	MaxAttempts int           // tries per push, the first included
 	RetryBase   time.Duration // first retry's backoff, doubled per retry
+	// HouseholdInFlight caps one household's pushes being sent at once.
+	// A worker skips a household at its cap and takes the next
+	// household's push, so endpoints that hang cost their own household
+	// its pushes, not everyone. Default DefaultHouseholdInFlight.
+	HouseholdInFlight int
+	// HouseholdQueue caps one household's pushes waiting; past it its
+	// pushes are dropped with reason household_full while other
+	// households' still queue. Default QueueSize/DefaultHouseholdQueueShare,
+	// at least 1.
+	HouseholdQueue int
+	// ResponseHeaderTimeout bounds the wait for a provider's status line
+	// and headers once the request is written.
+	ResponseHeaderTimeout time.Duration
+	// AttemptTimeout bounds one exchange with a provider, from connecting
+	// to the last byte of its answer, so that an endpoint that trickles
+	// its answer costs a worker this long at most. Timeout still bounds
+	// the whole push, retries included.
+	AttemptTimeout time.Duration
 	// AllowPrivate lets UnifiedPush endpoints reach loopback, private and
 	// link-local addresses (FN_PUSH_ALLOW_PRIVATE). Tests and LANs only.
 	AllowPrivate bool
@@ -144,36 +201,61 @@ type Stats struct {
 	Retried   uint64 // retries (not pushes)
 	Dropped   uint64 // all reasons below
 
-	DroppedQueueFull    uint64 // the queue was full
-	DroppedShutdown     uint64 // queued or in flight when the queue closed
-	DroppedUnconfigured uint64 // no provider for the target's kind
+	DroppedQueueFull     uint64 // the queue was full
+	DroppedHouseholdFull uint64 // the household had HouseholdQueue pushes waiting
+	DroppedShutdown      uint64 // queued or in flight when the queue closed
+	DroppedUnconfigured  uint64 // no provider for the target's kind
 
-	Queued         int // waiting now
-	InFlight       int // being sent now
-	QueueHighWater int // most ever waiting at once
+	// Deferred counts pushes held back, for a while, because their
+	// household had HouseholdInFlight pushes in flight; other households'
+	// pushes went first meanwhile. Each push counts at most once.
+	Deferred uint64
+
+	Queued          int // waiting now
+	InFlight        int // being sent now
+	QueueHighWater  int // most ever waiting at once
+	HouseholdsAtCap int // households at their in-flight cap with pushes waiting, now
 }
 
 type dropReason int
 
 const (
 	dropQueueFull dropReason = iota
+	dropHouseholdFull
 	dropShutdown
 	dropUnconfigured
 	numDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{"queue_full", "shutdown", "unconfigured"}
+var dropReasonNames = [numDropReasons]string{"queue_full", "household_full", "shutdown", "unconfigured"}
 
 type entry struct {
-	key string
-	job Job
+	key      string
+	job      Job
+	h        *household
+	deferred bool // counted once as deferred
 }
 
-// Queue is the process's bounded push queue.
+// household holds one household's waiting pushes. It is in the queue's
+// households map while it has pushes waiting or in flight, and then in
+// exactly one of two states: ready (in the ready list, under its in-flight
+// cap) or capped (at its cap, waiting for one of its pushes to end).
+type household struct {
+	name     string
+	queue    fifo[*entry]
+	inFlight int
+	ready    bool
+	capped   bool
+}
+
+// Queue is the process's bounded push queue. Workers serve the households
+// with pushes waiting round-robin, one push per turn, and skip those at
+// their in-flight cap.
 type Queue struct {
 	cfg       Config
 	log       *slog.Logger
 	providers map[string]Provider
+	resolver  Resolver
 	onGone    func(context.Context, Job)
 	metrics   *metrics
 	dropLog   rate.Sometimes
@@ -184,17 +266,19 @@ type Queue struct {
 	wg     sync.WaitGroup
 	done   chan struct{} // closed when every worker has returned
 
-	mu        sync.Mutex
-	cond      *sync.Cond // signalled when an entry is queued or the queue closes
-	closed    bool
-	ring      []*entry // FIFO of capacity QueueSize
-	head, n   int
-	pending   map[string]*entry // the queued entry of each device
-	inFlight  int
-	highWater int
+	mu         sync.Mutex
+	cond       *sync.Cond // signalled when a household becomes ready or the queue closes
+	closed     bool
+	households map[string]*household
+	ready      fifo[*household] // households under their cap with pushes waiting, next first
+	n          int              // pushes waiting, all households
+	pending    map[string]*entry
+	inFlight   int
+	highWater  int
+	atCap      int // households capped
 
-	attempted, coalesced, sent, failed, gone, retried atomic.Uint64
-	dropped                                           [numDropReasons]atomic.Uint64
+	attempted, coalesced, sent, failed, gone, retried, deferred atomic.Uint64
+	dropped                                                     [numDropReasons]atomic.Uint64
 }
 
 // New builds the providers and starts the workers. onGone is called (from a
@@ -202,8 +286,9 @@ type Queue struct {
 // device's push target there. It may be nil.
 func New(cfg Config, onGone func(ctx context.Context, j Job)) (*Queue, error) {
 	cfg = withDefaults(cfg)
-	if cfg.Workers < 1 || cfg.QueueSize < 1 || cfg.MaxAttempts < 1 || cfg.Timeout <= 0 || cfg.RetryBase <= 0 {
-		return nil, fmt.Errorf("push: workers, queue size, attempts, timeout and retry base must be positive")
+	if cfg.Workers < 1 || cfg.QueueSize < 1 || cfg.MaxAttempts < 1 || cfg.Timeout <= 0 || cfg.RetryBase <= 0 ||
+		cfg.HouseholdInFlight < 1 || cfg.HouseholdQueue < 1 || cfg.ResponseHeaderTimeout <= 0 || cfg.AttemptTimeout <= 0 {
+		return nil, fmt.Errorf("push: workers, queue sizes, attempts, timeouts and retry base must be positive")
 	}
 	log := cfg.Logger.With("component", "push")
 	providers, err := newProviders(cfg)
@@ -218,22 +303,27 @@ func New(cfg Config, onGone func(ctx context.Context, j Job)) (*Queue, error) {
 	if onGone == nil {
 		onGone = func(context.Context, Job) {}
 	}
+	resolver := cfg.UnifiedPush.Resolver
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
 	base, cancel := context.WithCancel(context.Background())
 	q := &Queue{
 		cfg:       cfg,
 		log:       log,
 		providers: providers,
+		resolver:  resolver,
 		onGone:    onGone,
 		metrics:   m,
 		// The first drop is logged at once, then at most one line per
 		// interval with the running total, however many drops.
-		dropLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		failLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		base:    base,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		ring:    make([]*entry, cfg.QueueSize),
-		pending: make(map[string]*entry, cfg.QueueSize),
+		dropLog:    rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		failLog:    rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		base:       base,
+		cancel:     cancel,
+		done:       make(chan struct{}),
+		households: make(map[string]*household),
+		pending:    make(map[string]*entry, cfg.QueueSize),
 	}
 	q.cond = sync.NewCond(&q.mu)
 	q.wg.Add(cfg.Workers)
@@ -263,6 +353,18 @@ func withDefaults(cfg Config) Config {
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = DefaultRetryBase
 	}
+	if cfg.HouseholdInFlight == 0 {
+		cfg.HouseholdInFlight = DefaultHouseholdInFlight
+	}
+	if cfg.HouseholdQueue == 0 {
+		cfg.HouseholdQueue = max(1, cfg.QueueSize/DefaultHouseholdQueueShare)
+	}
+	if cfg.ResponseHeaderTimeout == 0 {
+		cfg.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -273,15 +375,23 @@ func withDefaults(cfg Config) Config {
 // refuse to register a target that would never get one.
 func (q *Queue) Enabled(kind string) bool { return q.providers[kind] != nil }
 
+// CheckTarget is CheckTarget with this queue's AllowPrivate and resolver:
+// it refuses exactly the targets this queue's providers would refuse before
+// sending. It does not ask whether the kind is Enabled.
+func (q *Queue) CheckTarget(ctx context.Context, t Target) error {
+	return checkTarget(ctx, t, q.cfg.AllowPrivate, q.resolver)
+}
+
 // Enqueue queues a push for j's device and never blocks. It returns false
-// when the push was dropped (queue full, queue closed, no provider for the
-// kind) or when a push for the device is already queued; in that case the
-// queued push takes j's target and wakes the device for both sends.
+// when the push was dropped (queue or household share full, queue closed,
+// no provider for the kind) or when a push for the device is already
+// queued; in that case the queued push takes j's target and wakes the
+// device for both sends.
 func (q *Queue) Enqueue(j Job) bool {
 	if q.providers[j.Target.Kind] == nil || j.Target.Address == "" {
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropUnconfigured, 1)
+		q.drop(dropUnconfigured, 1, "")
 		return false
 	}
 	key := j.Household + "\x00" + j.Device // names never contain NUL
@@ -291,7 +401,7 @@ func (q *Queue) Enqueue(j Job) bool {
 		q.mu.Unlock()
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropShutdown, 1)
+		q.drop(dropShutdown, 1, "")
 		return false
 	}
 	if e, ok := q.pending[key]; ok {
@@ -301,18 +411,42 @@ func (q *Queue) Enqueue(j Job) bool {
 		q.metrics.coalesce()
 		return false
 	}
-	if q.n == len(q.ring) {
+	h := q.households[j.Household]
+	// The household's own bound first: when both are reached, the
+	// household is the one filling the queue.
+	if h != nil && h.queue.len() >= q.cfg.HouseholdQueue {
 		q.mu.Unlock()
 		q.attempted.Add(1)
 		q.metrics.attempt()
-		q.drop(dropQueueFull, 1)
+		q.drop(dropHouseholdFull, 1, j.Household)
 		return false
 	}
-	e := &entry{key: key, job: j}
-	q.ring[(q.head+q.n)%len(q.ring)] = e
+	if q.n == q.cfg.QueueSize {
+		q.mu.Unlock()
+		q.attempted.Add(1)
+		q.metrics.attempt()
+		q.drop(dropQueueFull, 1, "")
+		return false
+	}
+	if h == nil {
+		h = &household{name: j.Household}
+		q.households[j.Household] = h
+	}
+	e := &entry{key: key, job: j, h: h}
+	h.queue.push(e)
 	q.n++
 	q.pending[key] = e
 	q.highWater = max(q.highWater, q.n)
+	switch {
+	case h.capped:
+		q.deferLocked(e)
+	case h.ready:
+	case h.inFlight < q.cfg.HouseholdInFlight:
+		h.ready = true
+		q.ready.push(h)
+	default: // its cap is taken by pushes that left the queue already
+		q.capLocked(h)
+	}
 	// Counted under the lock so that a worker cannot finish the push
 	// before it is attempted.
 	q.attempted.Add(1)
@@ -323,6 +457,79 @@ func (q *Queue) Enqueue(j Job) bool {
 	return true
 }
 
+// capLocked marks h as at its in-flight cap with pushes waiting: it leaves
+// the ready list until one of its pushes ends. The caller holds mu.
+func (q *Queue) capLocked(h *household) {
+	h.ready, h.capped = false, true
+	q.atCap++
+	q.metrics.setAtCap(q.atCap)
+	h.queue.each(q.deferLocked)
+}
+
+// deferLocked counts e, once, as a push its household's cap holds back.
+func (q *Queue) deferLocked(e *entry) {
+	if !e.deferred {
+		e.deferred = true
+		q.deferred.Add(1)
+		q.metrics.deferral()
+	}
+}
+
+// take waits for a household under its cap with a push waiting and takes
+// that push, or returns nil once the queue is closed.
+func (q *Queue) take() *entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.ready.len() == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		return nil
+	}
+	h := q.ready.pop()
+	e := h.queue.pop()
+	q.n--
+	// Leaving pending before the push starts: a send that commits from
+	// here on queues a new push, so it cannot be folded into one that has
+	// already gone out.
+	delete(q.pending, e.key)
+	h.inFlight++
+	q.inFlight++
+	switch {
+	case h.queue.len() == 0:
+		h.ready = false
+	case h.inFlight < q.cfg.HouseholdInFlight:
+		// To the back of the line: one push per household per turn.
+		q.ready.push(h)
+		q.cond.Signal()
+	default:
+		q.capLocked(h)
+	}
+	q.metrics.setQueued(q.n)
+	return e
+}
+
+// finish ends a push of h's that take handed out.
+func (q *Queue) finish(h *household) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h.inFlight--
+	q.inFlight--
+	if h.capped {
+		h.capped = false
+		q.atCap--
+		q.metrics.setAtCap(q.atCap)
+		if h.queue.len() > 0 {
+			h.ready = true
+			q.ready.push(h)
+			q.cond.Signal()
+		}
+	}
+	if !h.ready && h.inFlight == 0 && h.queue.len() == 0 {
+		delete(q.households, h.name)
+	}
+}
+
 // Close stops taking pushes, drops (and counts) the queued ones, gives the
 // ones in flight until ctx ends, then cancels and counts them as dropped.
 // It returns when every worker has returned. Safe to call more than once.
@@ -331,15 +538,26 @@ func (q *Queue) Close(ctx context.Context) {
 	if !q.closed {
 		q.closed = true
 		dropped := q.n
-		for q.n > 0 {
-			e := q.pop()
-			delete(q.pending, e.key)
+		for name, h := range q.households {
+			h.queue.reset()
+			if h.capped {
+				h.capped = false
+				q.atCap--
+			}
+			h.ready = false
+			if h.inFlight == 0 {
+				delete(q.households, name)
+			}
 		}
+		q.ready.reset()
+		clear(q.pending)
+		q.n = 0
 		q.metrics.setQueued(0)
+		q.metrics.setAtCap(q.atCap)
 		q.cond.Broadcast()
 		q.mu.Unlock()
 		if dropped > 0 {
-			q.drop(dropShutdown, dropped)
+			q.drop(dropShutdown, dropped, "")
 		}
 	} else {
 		q.mu.Unlock()
@@ -365,74 +583,62 @@ func (q *Queue) Close(ctx context.Context) {
 // Stats reports the counters.
 func (q *Queue) Stats() Stats {
 	q.mu.Lock()
-	queued, inFlight, high := q.n, q.inFlight, q.highWater
+	queued, inFlight, high, atCap := q.n, q.inFlight, q.highWater, q.atCap
 	q.mu.Unlock()
 	s := Stats{
-		Attempted:           q.attempted.Load(),
-		Coalesced:           q.coalesced.Load(),
-		Sent:                q.sent.Load(),
-		Failed:              q.failed.Load(),
-		Gone:                q.gone.Load(),
-		Retried:             q.retried.Load(),
-		DroppedQueueFull:    q.dropped[dropQueueFull].Load(),
-		DroppedShutdown:     q.dropped[dropShutdown].Load(),
-		DroppedUnconfigured: q.dropped[dropUnconfigured].Load(),
-		Queued:              queued,
-		InFlight:            inFlight,
-		QueueHighWater:      high,
+		Attempted:            q.attempted.Load(),
+		Coalesced:            q.coalesced.Load(),
+		Sent:                 q.sent.Load(),
+		Failed:               q.failed.Load(),
+		Gone:                 q.gone.Load(),
+		Retried:              q.retried.Load(),
+		DroppedQueueFull:     q.dropped[dropQueueFull].Load(),
+		DroppedHouseholdFull: q.dropped[dropHouseholdFull].Load(),
+		DroppedShutdown:      q.dropped[dropShutdown].Load(),
+		DroppedUnconfigured:  q.dropped[dropUnconfigured].Load(),
+		Deferred:             q.deferred.Load(),
+		Queued:               queued,
+		InFlight:             inFlight,
+		QueueHighWater:       high,
+		HouseholdsAtCap:      atCap,
 	}
-	s.Dropped = s.DroppedQueueFull + s.DroppedShutdown + s.DroppedUnconfigured
+	s.Dropped = s.DroppedQueueFull + s.DroppedHouseholdFull + s.DroppedShutdown + s.DroppedUnconfigured
 	return s
 }
 
-// pop takes the oldest entry; the caller holds mu and knows n > 0.
-func (q *Queue) pop() *entry {
-	e := q.ring[q.head]
-	q.ring[q.head] = nil
-	q.head = (q.head + 1) % len(q.ring)
-	q.n--
-	return e
-}
-
-func (q *Queue) drop(r dropReason, n int) {
+// drop counts n dropped pushes. household, when not empty, is the one
+// whose share was full; the (rate-limited) log line names it, since the
+// metrics do not.
+func (q *Queue) drop(r dropReason, n int, household string) {
 	total := q.dropped[r].Add(uint64(n))
 	q.metrics.drop(r, n)
 	q.dropLog.Do(func() {
-		q.log.Warn("push dropped", "reason", dropReasonNames[r],
-			"reason_total", total,
-			"dropped_total", q.dropped[dropQueueFull].Load()+q.dropped[dropShutdown].Load()+q.dropped[dropUnconfigured].Load())
+		var all uint64
+		for i := range q.dropped {
+			all += q.dropped[i].Load()
+		}
+		attrs := []any{"reason", dropReasonNames[r], "reason_total", total, "dropped_total", all}
+		if household != "" {
+			attrs = append(attrs, "household", household)
+		}
+		q.log.Warn("push dropped", attrs...)
 	})
 }
 
 func (q *Queue) work() {
 	defer q.wg.Done()
 	for {
-		q.mu.Lock()
-		for q.n == 0 && !q.closed {
-			q.cond.Wait()
-		}
-		if q.closed {
-			q.mu.Unlock()
+		e := q.take()
+		if e == nil {
 			return
 		}
-		e := q.pop()
-		// Leaving pending before the push starts: a send that commits
-		// from here on queues a new push, so it cannot be folded into
-		// one that has already gone out.
-		delete(q.pending, e.key)
-		q.inFlight++
-		q.metrics.setQueued(q.n)
-		q.mu.Unlock()
-
 		q.run(e.job)
-
-		q.mu.Lock()
-		q.inFlight--
-		q.mu.Unlock()
+		q.finish(e.h)
 	}
 }
 
-// run sends one job and counts how it ended.
+// run sends one job and counts how it ended. What it logs names the
+// provider, household, device and HTTP status, never the target's address.
 func (q *Queue) run(j Job) {
 	kind := j.Target.Kind
 	ctx, cancel := context.WithTimeout(q.base, q.cfg.Timeout)
@@ -449,20 +655,42 @@ func (q *Queue) run(j Job) {
 		q.gone.Add(1)
 		q.failed.Add(1)
 		q.metrics.fail(kind, true)
-		q.log.Debug("push target gone", "provider", kind,
-			"household", j.Household, "device", j.Device, "err", err)
+		q.log.Debug("push target gone", "provider", kind, "household", j.Household, "device", j.Device,
+			"status", answerStatus(err), "err", logErr(err, j.Target.Address))
 		// A fresh deadline: a gone answer near the push's deadline must
 		// still clear the target. Shutdown still cancels it.
 		gctx, gcancel := context.WithTimeout(q.base, 10*time.Second)
 		q.onGone(gctx, j)
 		gcancel()
 	case q.base.Err() != nil:
-		q.drop(dropShutdown, 1)
+		q.drop(dropShutdown, 1, "")
 	default:
 		total := q.failed.Add(1)
 		q.metrics.fail(kind, false)
 		q.failLog.Do(func() {
-			q.log.Warn("push failed", "provider", kind, "err", err, "failed_total", total)
+			q.log.Warn("push failed", "provider", kind, "household", j.Household, "device", j.Device,
+				"status", answerStatus(err), "err", logErr(err, j.Target.Address), "failed_total", total)
 		})
 	}
+}
+
+// answerStatus is the HTTP status of the provider's last answer, 0 when
+// there was none (no connection, a timeout, a refused target).
+func answerStatus(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	return 0
+}
+
+// logErr is err's message for a log line. The providers' errors never name
+// the address; replacing it here too keeps any that a library might embed
+// in the future out of the log.
+func logErr(err error, address string) string {
+	msg := err.Error()
+	if address != "" {
+		msg = strings.ReplaceAll(msg, address, "[target]")
+	}
+	return msg
 }

@@ -13,8 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// job is a UnifiedPush job for a device in a household of its own, so that
+// the household caps stay out of the way of tests about the queue's own
+// bounds. Tests of the caps name households themselves.
 func job(dev, address string) Job {
-	return Job{Household: "home", Device: dev, Target: Target{Kind: KindUnifiedPush, Address: address}}
+	return Job{Household: "hh-" + dev, Device: dev, Target: Target{Kind: KindUnifiedPush, Address: address}}
 }
 
 func TestOnePushPerJob(t *testing.T) {
@@ -281,32 +284,22 @@ func TestDropLogIsRateLimited(t *testing.T) {
 	close(fake.gate)
 }
 
-func TestMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	fake := newUPFake(t, func(path string, _ int) (int, string) {
-		if path == "/gone" {
-			return 410, ""
-		}
-		return 201, ""
-	})
-	q := newQueue(t, Config{Workers: 1, QueueSize: 8, AllowPrivate: true, Registerer: reg}, nil)
-	q.Enqueue(job("secret-device-name", fake.url("/ok")))
-	q.Enqueue(job("gone", fake.url("/gone")))
-	q.Enqueue(Job{Household: "h", Device: "d", Target: Target{Kind: KindFCM, Address: "t"}})
-	waitFor(t, "pushes done", func() bool { s := q.Stats(); return s.Sent+s.Failed == 2 })
-	closeQueue(t, q)
-
+// gather reads reg's series as name{label=value} -> value (a histogram's
+// sample count), and fails on a label other than reason or provider, or one
+// that names a household or device.
+func gather(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
+	tb.Helper()
 	got := map[string]float64{}
 	families, err := reg.Gather()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	for _, mf := range families {
 		for _, m := range mf.GetMetric() {
 			name := mf.GetName()
 			for _, l := range m.GetLabel() {
 				if strings.Contains(l.GetValue(), "secret") || (l.GetName() != "reason" && l.GetName() != "provider") {
-					t.Errorf("%s has label %s=%q", name, l.GetName(), l.GetValue())
+					tb.Errorf("%s has label %s=%q", name, l.GetName(), l.GetValue())
 				}
 				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
 			}
@@ -320,24 +313,63 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{
-		"fn_push_attempted_total":                        3,
-		"fn_push_sent_total":                             1,
+	return got
+}
+
+func checkMetrics(tb testing.TB, got, want map[string]float64) {
+	tb.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			tb.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	fake := newUPFake(t, func(path string, _ int) (int, string) {
+		if path == "/gone" {
+			return 410, ""
+		}
+		return 201, ""
+	})
+	fake.gate = make(chan struct{})
+	q := newQueue(t, Config{Workers: 1, QueueSize: 8, HouseholdQueue: 2, HouseholdInFlight: 1,
+		AllowPrivate: true, Registerer: reg}, nil)
+	home := func(dev, path string) Job { return householdJob("secret-household", dev, fake.url(path)) }
+	q.Enqueue(home("secret-device-name", "/ok"))
+	waitFor(t, "first push in flight", func() bool { return fake.inFlight.Load() == 1 })
+	q.Enqueue(home("gone", "/gone"))
+	q.Enqueue(home("d2", "/ok2"))
+	q.Enqueue(home("d3", "/ok3")) // past the household's share of 2
+	q.Enqueue(Job{Household: "h", Device: "d", Target: Target{Kind: KindFCM, Address: "t"}})
+
+	// The household is at its cap of 1 with 2 pushes held back.
+	checkMetrics(t, gather(t, reg), map[string]float64{
+		"fn_push_queued":                   2,
+		"fn_push_households_at_cap":        1,
+		"fn_push_household_deferred_total": 2,
+	})
+	close(fake.gate)
+	waitFor(t, "pushes done", func() bool { s := q.Stats(); return s.Sent+s.Failed == 3 })
+	closeQueue(t, q)
+
+	checkMetrics(t, gather(t, reg), map[string]float64{
+		"fn_push_attempted_total":                        5,
+		"fn_push_sent_total":                             2,
 		"fn_push_gone_total":                             1,
 		"fn_push_failed_total{provider=unifiedpush}":     1,
 		"fn_push_dropped_total{reason=unconfigured}":     1,
+		"fn_push_dropped_total{reason=household_full}":   1,
 		"fn_push_dropped_total{reason=queue_full}":       0,
 		"fn_push_queued":                                 0,
-		"fn_push_duration_seconds{provider=unifiedpush}": 2,
+		"fn_push_households_at_cap":                      0,
+		"fn_push_household_deferred_total":               2,
+		"fn_push_duration_seconds{provider=unifiedpush}": 3,
 		"fn_push_retries_total{provider=unifiedpush}":    0,
 		"fn_push_dropped_total{reason=shutdown}":         0,
 		"fn_push_coalesced_total":                        0,
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %v, want %v", k, got[k], v)
-		}
-	}
+	})
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -346,6 +378,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  Config
 	}{
 		{"negative workers", Config{Workers: -1}},
+		{"negative household in flight", Config{HouseholdInFlight: -1}},
+		{"negative household queue", Config{HouseholdQueue: -1}},
+		{"negative attempt timeout", Config{AttemptTimeout: -time.Second}},
+		{"negative header timeout", Config{ResponseHeaderTimeout: -time.Second}},
 		{"apns without key file", Config{APNs: APNsConfig{KeyFile: "/nonexistent/AuthKey.p8", KeyID: "k", TeamID: "t", Topic: "a"}}},
 		{"apns without team", Config{APNs: APNsConfig{KeyFile: "/nonexistent/AuthKey.p8"}}},
 		{"fcm without file", Config{FCM: FCMConfig{CredentialsFile: "/nonexistent/sa.json"}}},
@@ -368,6 +404,25 @@ func BenchmarkEnqueue(b *testing.B) {
 	jobs := make([]Job, 5000)
 	for i := range jobs {
 		jobs[i] = job(fmt.Sprint("d", i), fake.url(fmt.Sprint("/d", i)))
+	}
+	i := 0
+	for b.Loop() {
+		q.Enqueue(jobs[i%len(jobs)])
+		i++
+	}
+	b.StopTimer()
+	close(fake.gate)
+}
+
+// BenchmarkEnqueueHouseholds is BenchmarkEnqueue with the devices in 500
+// households of 10, so Enqueue also meets the household caps and drops.
+func BenchmarkEnqueueHouseholds(b *testing.B) {
+	fake := newUPFake(b, nil)
+	fake.gate = make(chan struct{})
+	q := newQueue(b, Config{Workers: 8, QueueSize: 1024, AllowPrivate: true, Timeout: time.Minute}, nil)
+	jobs := make([]Job, 5000)
+	for i := range jobs {
+		jobs[i] = householdJob(fmt.Sprint("h", i/10), fmt.Sprint("d", i), fake.url(fmt.Sprint("/d", i)))
 	}
 	i := 0
 	for b.Loop() {

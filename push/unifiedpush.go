@@ -1,7 +1,6 @@
 package push
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -18,52 +17,45 @@ const unifiedPushTTL = 24 * time.Hour
 
 // unifiedPush POSTs WakeBody to the device's endpoint (RFC 8030 style).
 type unifiedPush struct {
-	dialer    *guardedDialer
-	transport *http.Transport
-	client    *http.Client
+	dialer *guardedDialer
+	caller *caller
 }
 
 func newUnifiedPush(cfg Config) *unifiedPush {
 	d := newGuardedDialer(cfg.UnifiedPush.Resolver, cfg.AllowPrivate)
-	tr := newTransport(cfg.UnifiedPush.RootCAs)
+	tr := newTransport(cfg.UnifiedPush.RootCAs, cfg.ResponseHeaderTimeout)
 	// No proxy: it would make the connection, and the address check in
 	// the dialer would see only the proxy.
 	tr.Proxy = nil
 	tr.DialContext = d.DialContext
-	return &unifiedPush{dialer: d, transport: tr, client: newClient(tr)}
+	return &unifiedPush{dialer: d, caller: newCaller(tr, cfg.AttemptTimeout)}
 }
 
 func (u *unifiedPush) Push(ctx context.Context, endpoint string) error {
 	if _, err := parseEndpoint(endpoint); err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader([]byte(WakeBody)))
-	if err != nil {
-		return fmt.Errorf("unifiedpush: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("TTL", fmt.Sprint(int(unifiedPushTTL.Seconds())))
-	req.Header.Set("Urgency", "high")
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("TTL", fmt.Sprint(int(unifiedPushTTL.Seconds())))
+	h.Set("Urgency", "high")
 	// One pending wake per subscription is enough: a newer one replaces it.
-	req.Header.Set("Topic", "wake")
-	resp, err := u.client.Do(req)
+	h.Set("Topic", "wake")
+	a, err := u.caller.call(ctx, http.MethodPost, endpoint, []byte(WakeBody), h)
 	if err != nil {
 		return fmt.Errorf("unifiedpush: %w", err)
 	}
-	readBody(resp)
+	se := &statusError{from: KindUnifiedPush, status: a.status}
 	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+	case a.status >= 200 && a.status < 300:
 		return nil
-	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		return fmt.Errorf("unifiedpush: status %d: %w", resp.StatusCode, ErrGone)
-	case retryable(resp.StatusCode):
-		return &RetryableError{
-			Err:   fmt.Errorf("unifiedpush: status %d", resp.StatusCode),
-			After: retryAfter(resp.Header, time.Now()),
-		}
+	case a.status == http.StatusNotFound || a.status == http.StatusGone:
+		return fmt.Errorf("%w: %w", se, ErrGone)
+	case retryable(a.status):
+		return &RetryableError{Err: se, After: retryAfter(a.header, time.Now())}
 	default:
-		return fmt.Errorf("unifiedpush: status %d", resp.StatusCode)
+		return se
 	}
 }
 
-func (u *unifiedPush) Close() { u.transport.CloseIdleConnections() }
+func (u *unifiedPush) Close() { u.caller.close() }

@@ -76,7 +76,7 @@ func TestCheckEndpoint(t *testing.T) {
 		{"hostname to metadata", "http://metadata.example/up", ErrForbiddenAddress, nil},
 		{"hostname to private v6", "http://v6private.example/up", ErrForbiddenAddress, nil},
 		{"one private answer among public", "http://mixed.example/up", ErrForbiddenAddress, nil},
-		{"unresolvable", "http://nowhere.example/up", ErrInvalidEndpoint, nil},
+		{"unresolvable", "http://nowhere.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"ftp", "ftp://push.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"file", "file:///etc/passwd", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"userinfo", "https://user:pw@push.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
@@ -86,6 +86,10 @@ func TestCheckEndpoint(t *testing.T) {
 		{"opaque", "http:push.example", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"bad port", "http://push.example:99999/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 		{"too long", "https://push.example/" + strings.Repeat("a", maxEndpointLen), ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"space", "https://push.example/up here", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"non-ascii path", "https://push.example/üp", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"non-ascii host", "https://püsh.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
+		{"escaped non-ascii host", "https://p%C3%BCsh.example/up", ErrInvalidEndpoint, ErrInvalidEndpoint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkEndpoint(ctx, tc.url, false, r)
@@ -130,6 +134,9 @@ func TestCheckTarget(t *testing.T) {
 		{Target{Kind: KindFCM, Address: "dGVzdA:APA91b-token_1"}, true},
 		{Target{Kind: KindFCM, Address: ""}, false},
 		{Target{Kind: KindFCM, Address: "a b"}, false},
+		{Target{Kind: KindFCM, Address: "a\x00b"}, false},
+		{Target{Kind: KindFCM, Address: "a\x1bb"}, false},
+		{Target{Kind: KindFCM, Address: "aéb"}, false},
 		{Target{Kind: KindUnifiedPush, Address: "http://127.0.0.1/up"}, false},
 		{Target{Kind: "sms", Address: "x"}, false},
 	} {
@@ -162,7 +169,7 @@ func TestSendRefusesPrivate(t *testing.T) {
 	}
 
 	t.Run("provider", func(t *testing.T) {
-		up := newUnifiedPush(Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}})
+		up := newUnifiedPush(withDefaults(Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}}))
 		up.dialer.afterCheck = loopbackOnly
 		defer up.Close()
 		for _, u := range targets {
@@ -266,7 +273,7 @@ func TestUnifiedPushAnswers(t *testing.T) {
 	goneDevices := map[string]bool{}
 	for _, j := range gone.got() {
 		goneDevices[j.Device] = true
-		if j.Household != "home" || j.Target.Kind != KindUnifiedPush {
+		if j.Household != "hh-"+j.Device || j.Target.Kind != KindUnifiedPush {
 			t.Errorf("onGone job %+v", j)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/flamenet/relay/token"
 )
 
-// TestBadInput: every malformed request gets its 4xx and the SPEC's JSON
+// TestBadInput: every malformed request gets its 4xx and the protocol's JSON
 // error, never a 5xx, and the relay keeps serving.
 func TestBadInput(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.MaxEnvelopeBytes = 1024; c.MaxRecipients = 3 })

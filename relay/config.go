@@ -34,6 +34,7 @@ type Config struct {
 	MaxPendingBytes     int64
 	ShutdownGrace       time.Duration
 	StoreTimeout        time.Duration
+	BodyTimeout         time.Duration
 	SQLiteSynchronous   string
 
 	RelayReplicas        int
@@ -43,6 +44,9 @@ type Config struct {
 	SendInflight         int
 	SendRate             float64
 	SendBurst            int
+	HouseholdSendRate    float64
+	HouseholdSendBurst   int
+	MaxHouseholdPending  int64
 	MaxHeldPolls         int // 0: derived from the open-file limit
 	EnvelopeTTL          time.Duration
 	MetricsAddr          string
@@ -133,6 +137,13 @@ var settings = []Setting{
 	}},
 	{"FN_SHUTDOWN_GRACE", "10s", "how long a shutdown waits for sends in flight before closing connections", dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
 	{"FN_STORE_TIMEOUT", "5s", "deadline of one store call; past it the request gets 503 unavailable", dur(func(c *Config) *time.Duration { return &c.StoreTimeout })},
+	{"FN_BODY_TIMEOUT", "30s", "deadline for a client to send a request body; past it the connection is closed", func(c *Config, v string) error {
+		err := dur(func(c *Config) *time.Duration { return &c.BodyTimeout })(c, v)
+		if err == nil && c.BodyTimeout <= 0 {
+			return errors.New("want a duration above zero")
+		}
+		return err
+	}},
 	{"FN_SQLITE_SYNCHRONOUS", "FULL", "SQLite synchronous pragma: FULL or NORMAL (NORMAL may lose the last commits on power loss, never on a crash)", func(c *Config, v string) error {
 		switch strings.ToUpper(v) {
 		case "FULL", "NORMAL":
@@ -200,6 +211,24 @@ var settings = []Setting{
 	{"FN_SEND_BURST", "10000", "sends admitted in a burst above the rate (token bucket size)", func(c *Config, v string) error {
 		n, err := positive(v, 1<<30)
 		c.SendBurst = int(n)
+		return err
+	}},
+	{"FN_HOUSEHOLD_SEND_RATE", "100", "sends per second admitted for one household (its own token bucket, beside the relay's)", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return errors.New("want a positive number")
+		}
+		c.HouseholdSendRate = f
+		return nil
+	}},
+	{"FN_HOUSEHOLD_SEND_BURST", "1000", "sends one household may make in a burst above its rate", func(c *Config, v string) error {
+		n, err := positive(v, 1<<30)
+		c.HouseholdSendBurst = int(n)
+		return err
+	}},
+	{"FN_MAX_HOUSEHOLD_PENDING_BYTES", "536870912", "unacknowledged payload bytes one household's devices may hold in all before sends to it get 429 queue_full", func(c *Config, v string) error {
+		n, err := positive(v, 1<<50)
+		c.MaxHouseholdPending = n
 		return err
 	}},
 	{"FN_PUSH_WORKERS", "8", "pushes sent at a time", func(c *Config, v string) error {

@@ -12,7 +12,7 @@ import (
 	"github.com/flamenet/relay/store"
 )
 
-// Error codes of SPEC.md.
+// Error codes of the protocol (docs/API.md).
 const (
 	codeBadRequest      = "bad_request"
 	codeUnauthorized    = "unauthorized"
@@ -36,6 +36,7 @@ type httpError struct {
 	Code    string
 	Message string
 	Head    *int64 // cursor_ahead only
+	Limit   string // 429 only: which limit refused (limitSendRate, ...)
 	Cause   error
 }
 
@@ -61,11 +62,12 @@ var (
 	errDraining     = &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "The relay is shutting down; try again."}
 )
 
-// errorBody is the SPEC's error shape, in JSON and MessagePack alike.
+// errorBody is the protocol's error shape, in JSON and MessagePack alike.
 type errorBody struct {
 	Error   string `json:"error" msgpack:"error"`
 	Message string `json:"message" msgpack:"message"`
 	Head    *int64 `json:"head,omitempty" msgpack:"head,omitempty"`
+	Limit   string `json:"limit,omitempty" msgpack:"limit,omitempty"`
 }
 
 // fromStore turns a store error into the client's answer.
@@ -86,7 +88,7 @@ func fromStore(err error) *httpError {
 	case errors.Is(err, store.ErrConflict):
 		return &httpError{Status: http.StatusConflict, Code: codeIDConflict, Message: "This send id was used with other recipients or another payload.", Cause: err}
 	case errors.Is(err, store.ErrQueueFull):
-		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Message: "A recipient has too many envelopes waiting.", Cause: err}
+		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Limit: limitDevicePending, Message: "A recipient has too many envelopes waiting.", Cause: err}
 	case errors.Is(err, store.ErrNotFound):
 		return &httpError{Status: http.StatusNotFound, Code: codeNotFound, Message: "No such device.", Cause: err}
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
@@ -105,7 +107,7 @@ func retryAfter(status int) string {
 	return strconv.Itoa(base + rand.IntN(4))
 }
 
-// writeError answers with the SPEC's error body and logs the cause. A
+// writeError answers with the protocol's error body and logs the cause. A
 // request whose client has gone is not logged as an error.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := fromStore(err)
@@ -122,5 +124,5 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case he.Cause != nil:
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request refused", slog.String("path", r.URL.Path), slog.Int("status", he.Status), slog.Any("err", he))
 	}
-	writeBody(w, r, he.Status, errorBody{Error: he.Code, Message: he.Message, Head: he.Head})
+	writeBody(w, r, he.Status, errorBody{Error: he.Code, Message: he.Message, Head: he.Head, Limit: he.Limit})
 }

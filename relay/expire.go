@@ -9,7 +9,7 @@ import (
 	"github.com/flamenet/relay/store"
 )
 
-// dedupeWindow is how long a send id is remembered at least (SPEC.md); the
+// dedupeWindow is how long a send id is remembered at least (the protocol); the
 // store keeps it longer while any envelope of the send is stored.
 const dedupeWindow = 24 * time.Hour
 

@@ -1,20 +1,72 @@
 package relay
 
 import (
+	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
+// decodeBound is the most one decode may allocate: a small multiple of the
+// body plus the decoders' fixed costs. Before checkMsgpack, a 29-byte body
+// declaring a 4 GiB bin made the decoder allocate 4 GiB.
+func decodeBound(body []byte) uint64 { return 64*uint64(len(body)) + 64<<10 }
+
+// decodeWithin is decodeRequest that fails t when the decode allocated more
+// than decodeBound.
+func decodeWithin(t *testing.T, r *http.Request, body []byte, v any) error {
+	t.Helper()
+	var err error
+	if got := allocated(func() { err = decodeRequest(r, body, v) }); got > decodeBound(body) {
+		t.Fatalf("decoding %d bytes allocated %d, bound %d", len(body), got, decodeBound(body))
+	}
+	return err
+}
+
+// addHostile seeds f with the shapes that once cost the relay more than the
+// body: declared lengths and counts the body does not hold, deep nesting and
+// trailing bytes, in both codecs. field is a known field of the request,
+// tried as the place for each MessagePack shape along with an unknown one.
+func addHostile(f *testing.F, valid []byte, field string) {
+	u32 := func(code byte) []byte { return []byte{code, 0xff, 0xff, 0xff, 0xff} }
+	for _, shape := range [][]byte{
+		u32(0xc6), u32(0xdb), u32(0xdd), u32(0xdf), append(u32(0xc9), 1), // bin32, str32, array32, map32, ext32
+		{0xc5, 0xff, 0xff}, {0xdc, 0xff, 0xff}, {0xde, 0xff, 0xff}, {0xdf, 0, 0, 0, 1}, // 16-bit ones; a map entry with no value
+		nested(33), nested(1000), append(bytes.Repeat([]byte{0x81, 0xa0}, 40), 0xc0),
+	} {
+		for _, key := range []string{field, "pad"} {
+			f.Add(msgpackMap(key, shape), true)
+		}
+	}
+	f.Add(u32(0xdf), true)
+	f.Add(append(bytes.Clone(valid), 0xc0), true)
+	f.Add(msgpackMap("pad", nested(31)), true)
+	f.Add([]byte(`{"pad":`+strings.Repeat("[", 20000)+`]}`), false)
+	f.Add([]byte(`{"pad":`+strings.Repeat("[", 9999)+strings.Repeat("]", 9999)+`}`), false)
+	f.Add([]byte(`{"`+field+`":"`+strings.Repeat(`\u0000`, 1000)+`"}`), false)
+	f.Add([]byte(`{"`+field+`":"`+strings.Repeat("\xff", 1000)+`"}`), false)
+	f.Add([]byte(`{"`+field+`":[`+strings.Repeat(`"",`, 1000)+`""]}`), false)
+	f.Add([]byte(`{"`+field+`":"eA=="} {}`), false)
+}
+
 // FuzzDecodeSend: no JSON or MessagePack body makes decoding or validation
-// panic, and whatever validates is within the SPEC's bounds.
+// panic or allocate beyond decodeBound, and whatever validates is within the
+// SPEC's bounds.
 func FuzzDecodeSend(f *testing.F) {
+	valid := msgpackBody(f, map[string]any{"id": "a", "to": []string{"phone"}, "payload": []byte("x")})
 	f.Add([]byte(`{"id":"a","to":["phone","laptop"],"payload":"aGVsbG8="}`), false)
 	f.Add([]byte(`{"id":5}`), false)
 	f.Add([]byte(`{"to":[null],"payload":null}`), false)
-	f.Add(msgpackBody(f, map[string]any{"id": "a", "to": []string{"phone"}, "payload": []byte("x")}), true)
+	f.Add(valid, true)
 	f.Add([]byte{0x81, 0xa2, 'i', 'd', 0xc1}, true)
+	for _, field := range []string{"payload", "id", "to"} {
+		addHostile(f, valid, field)
+	}
 	s := &Server{cfg: DefaultConfig()}
 	f.Fuzz(func(t *testing.T, body []byte, mp bool) {
 		r := httptest.NewRequest("POST", "/v1/send", nil)
@@ -22,7 +74,7 @@ func FuzzDecodeSend(f *testing.F) {
 			r.Header.Set("Content-Type", contentMsgpack)
 		}
 		var req sendRequest
-		if err := decodeRequest(r, body, &req); err != nil {
+		if err := decodeWithin(t, r, body, &req); err != nil {
 			requireClientError(t, err)
 			return
 		}
@@ -39,9 +91,14 @@ func FuzzDecodeSend(f *testing.F) {
 
 // FuzzDecodeRegister covers the register body: keys and push targets.
 func FuzzDecodeRegister(f *testing.F) {
+	valid := msgpackBody(f, map[string]any{"push": map[string]string{"kind": "fcm", "endpoint": "tok"}})
 	f.Add([]byte(`{"push":{"kind":"unifiedpush","endpoint":"https://push.example/abc"},"identity_key":"AAAA"}`), false)
 	f.Add([]byte(`{"push":{"kind":"apns","endpoint":"0a0b"}}`), false)
-	f.Add(msgpackBody(f, map[string]any{"push": map[string]string{"kind": "fcm", "endpoint": "tok"}}), true)
+	f.Add(valid, true)
+	for _, field := range []string{"identity_key", "push"} {
+		addHostile(f, valid, field)
+	}
+	f.Add(msgpackMap("push", msgpackMap("kind", []byte{0xdb, 0xff, 0xff, 0xff, 0xff})), true)
 	s := &Server{cfg: DefaultConfig()}
 	f.Fuzz(func(t *testing.T, body []byte, mp bool) {
 		r := httptest.NewRequest("POST", "/v1/register", nil)
@@ -49,7 +106,7 @@ func FuzzDecodeRegister(f *testing.F) {
 			r.Header.Set("Content-Type", contentMsgpack)
 		}
 		var req registerRequest
-		if err := decodeRequest(r, body, &req); err != nil {
+		if err := decodeWithin(t, r, body, &req); err != nil {
 			requireClientError(t, err)
 			return
 		}
@@ -57,6 +114,29 @@ func FuzzDecodeRegister(f *testing.F) {
 			if _, err := s.pushTarget(r.Context(), *req.Push); err != nil {
 				requireClientError(t, err)
 			}
+		}
+	})
+}
+
+// FuzzCheckMsgpack: checkMsgpack accepts exactly what the decoder reads as
+// one whole value, less what nests too deep. The decoder's Skip is safe to
+// run on any input: it reads declared lengths in bounded chunks.
+func FuzzCheckMsgpack(f *testing.F) {
+	f.Add(msgpackBody(f, map[string]any{"id": "a", "to": []string{"phone"}, "payload": []byte("x"), "n": 1.5, "t": time.Unix(1, 2), "m": map[string]any{"k": []any{int64(-1), uint64(1 << 40), nil, true}}}))
+	f.Add([]byte{0xc7, 0x01, 0x05, 0x00, 0xd8, 0x01})
+	f.Add(nested(32))
+	f.Add(nested(33))
+	f.Add([]byte{0xdf, 0, 0, 0, 1, 0xc0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := checkMsgpack(b)
+		r := bytes.NewReader(b)
+		skipErr := msgpack.NewDecoder(r).Skip()
+		whole := skipErr == nil && r.Len() == 0
+		if err == nil && !whole {
+			t.Fatalf("accepted % x; the decoder says %v with %d bytes left", b, skipErr, r.Len())
+		}
+		if err != nil && whole && !errors.Is(err, errMsgpackTooDeep) {
+			t.Fatalf("refused % x (%v); the decoder reads it whole", b, err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,14 +20,11 @@ import (
 	"github.com/flamenet/relay/wake"
 )
 
-// bodyDeadline bounds how long a client may take to send a request body.
-const bodyDeadline = 30 * time.Second
-
 type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) error
 
 // authed verifies the bearer token, checks the names it carries and that its
 // device was not removed after it was issued, then runs h and turns its
-// error into the SPEC's error body.
+// error into the protocol's error body.
 func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := offload(func() (token.Claims, error) { return s.authenticate(r) })
@@ -42,7 +40,7 @@ func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || len(r.Header.Values("Authorization")) != 1 {
-		return token.Claims{}, errUnauthorized
+		return token.Claims{}, s.refuseToken(r, refusedMissing, nil)
 	}
 	raw = strings.TrimSpace(raw)
 	now := s.now()
@@ -50,8 +48,7 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 	if !ok {
 		var err error
 		if c, err = token.Verify(raw, s.keys, now); err != nil {
-			s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", err.Error()), slog.String("path", r.URL.Path))
-			return token.Claims{}, errUnauthorized
+			return token.Claims{}, s.refuseToken(r, tokenRefusal(err), err)
 		}
 		s.verified.put(raw, c)
 	}
@@ -69,12 +66,63 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 		}
 		s.removals.put(k, removed, now)
 	}
-	// A token issued at or before the removal (or without iat) is refused.
-	if !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed)) {
-		s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", slog.String("reason", "device removed after the token was issued"), slog.String("path", r.URL.Path))
-		return token.Claims{}, errUnauthorized
+	if refusedByRemoval(c, removed) {
+		return token.Claims{}, s.refuseToken(r, refusedRemoved, nil)
 	}
 	return c, nil
+}
+
+// refusedByRemoval: a token issued at or before the device's last removal
+// (or without iat, once the device was ever removed) is refused.
+func refusedByRemoval(c token.Claims, removed time.Time) bool {
+	return !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed))
+}
+
+// Why a token was refused, as fn_tokens_refused_total counts it.
+const (
+	refusedMissing   = "missing"
+	refusedMalformed = "malformed"
+	refusedAlgorithm = "algorithm"
+	refusedSignature = "signature"
+	refusedClaims    = "claims"
+	refusedExpired   = "expired"
+	refusedNotYet    = "not_yet_valid"
+	refusedRemoved   = "removed"
+)
+
+var tokenRefusalReasons = []string{refusedMissing, refusedMalformed, refusedAlgorithm, refusedSignature,
+	refusedClaims, refusedExpired, refusedNotYet, refusedRemoved}
+
+func tokenRefusal(err error) string {
+	switch {
+	case errors.Is(err, token.ErrAlgorithm):
+		return refusedAlgorithm
+	case errors.Is(err, token.ErrSignature):
+		return refusedSignature
+	case errors.Is(err, token.ErrClaims), errors.Is(err, token.ErrUnknownScope):
+		return refusedClaims
+	case errors.Is(err, token.ErrExpired):
+		return refusedExpired
+	case errors.Is(err, token.ErrNotYetValid), errors.Is(err, token.ErrFutureIssue):
+		return refusedNotYet
+	}
+	return refusedMalformed // ErrMalformed, ErrTooLong
+}
+
+// refuseToken counts a refused token and answers 401. Anyone can send bad
+// tokens, so the log gets the first and then at most one line per
+// interval, with the running count.
+func (s *Server) refuseToken(r *http.Request, reason string, err error) error {
+	s.metrics.tokensRefused.WithLabelValues(reason).Inc()
+	total := s.tokensRefused.Add(1)
+	s.refusedLog.Do(func() {
+		attrs := []slog.Attr{slog.String("reason", reason), slog.String("path", r.URL.Path), slog.Uint64("refused_total", total)}
+		if err != nil {
+			attrs = append(attrs, slog.String("err", err.Error()))
+		}
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "token refused", attrs...)
+	})
+	return errUnauthorized
 }
 
 func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -95,11 +143,6 @@ func validName(n string) bool {
 	return true
 }
 
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyDeadline))
-	return readBody(w, r, limit)
-}
-
 type pushRequest struct {
 	Kind     string `json:"kind" msgpack:"kind"`
 	Endpoint string `json:"endpoint" msgpack:"endpoint"`
@@ -118,7 +161,7 @@ type registerResponse struct {
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, c token.Claims) error {
-	body, err := s.readBody(w, r, 16<<10)
+	body, err := readBody(w, r, 16<<10)
 	if err != nil {
 		return err
 	}
@@ -208,7 +251,7 @@ func (s *Server) sendBodyLimit() int64 {
 }
 
 func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) error {
-	body, err := s.readBody(w, r, s.sendBodyLimit())
+	body, err := readBody(w, r, s.sendBodyLimit())
 	if err != nil {
 		return err
 	}
@@ -220,7 +263,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	if err != nil {
 		return err
 	}
-	release, err := s.admit()
+	release, err := s.admit(c.Household)
 	if err != nil {
 		return err
 	}
@@ -247,7 +290,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	return nil
 }
 
-// validateSend checks a send against SPEC.md and returns its recipients
+// validateSend checks a send against the protocol and returns its recipients
 // sorted and without repeats, the order the store locks them in.
 func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 	if len(req.ID) < 1 || len(req.ID) > 128 {
@@ -274,22 +317,6 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 		return nil, badRequest("to must name 1 to %d devices.", s.cfg.MaxRecipients)
 	}
 	return to, nil
-}
-
-// admit passes a send through the in-flight limit and the token bucket.
-func (s *Server) admit() (release func(), err error) {
-	select {
-	case s.inflight <- struct{}{}:
-	default:
-		s.metrics.refusals.WithLabelValues(refusedInflight).Inc()
-		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends in flight; try again.")
-	}
-	if !s.limiter.Allow() {
-		<-s.inflight
-		s.metrics.refusals.WithLabelValues(refusedRate).Inc()
-		return nil, errorf(http.StatusTooManyRequests, codeRateLimited, "Too many sends; try again.")
-	}
-	return func() { <-s.inflight }, nil
 }
 
 // afterCommit wakes each recipient's held poll and queues a push for each
@@ -325,7 +352,7 @@ type ackRequest struct {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, c token.Claims) error {
-	body, err := s.readBody(w, r, 4<<10)
+	body, err := readBody(w, r, 4<<10)
 	if err != nil {
 		return err
 	}

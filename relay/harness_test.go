@@ -61,6 +61,9 @@ func newHarnessWith(t testing.TB, deps Deps, mutate func(*Config)) *harness {
 	}
 	cfg := DefaultConfig()
 	cfg.IssuerKeys = []ed25519.PublicKey{pub}
+	// Tests send from one household far faster than one household may;
+	// those about fairness set the household's bucket themselves.
+	cfg.HouseholdSendRate, cfg.HouseholdSendBurst = cfg.SendRate, cfg.SendBurst
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -130,7 +133,7 @@ func (r reply) json(tb testing.TB, v any) {
 	}
 }
 
-// errCode is the SPEC error code in a JSON error body.
+// errCode is the protocol's error code in a JSON error body.
 func (r reply) errCode(tb testing.TB) string {
 	tb.Helper()
 	var e errorBody

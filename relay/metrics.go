@@ -13,16 +13,17 @@ import (
 // metrics are the API's Prometheus series. They are registered on the
 // registry the caller gives; there are no globals.
 type metrics struct {
-	polls        *prometheus.CounterVec // by outcome
-	sends        *prometheus.CounterVec // by status code
-	stored       prometheus.Counter
-	acked        prometheus.Counter
-	sendSeconds  prometheus.Histogram
-	pollSeconds  prometheus.Histogram
-	signalled    prometheus.Counter
-	signalErrors prometheus.Counter
-	received     prometheus.Counter
-	refusals     *prometheus.CounterVec // by reason
+	polls         *prometheus.CounterVec // by outcome
+	sends         *prometheus.CounterVec // by status code
+	stored        prometheus.Counter
+	acked         prometheus.Counter
+	sendSeconds   prometheus.Histogram
+	pollSeconds   prometheus.Histogram
+	signalled     prometheus.Counter
+	signalErrors  prometheus.Counter
+	received      prometheus.Counter
+	refusals      *prometheus.CounterVec // by reason
+	tokensRefused *prometheus.CounterVec // by reason
 }
 
 // Poll outcomes.
@@ -74,9 +75,12 @@ func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, err
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_admission_refusals_total", Help: "Requests refused by admission control, by reason.",
 		}, []string{"reason"}),
+		tokensRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_tokens_refused_total", Help: "Requests refused with 401, by why the token was refused.",
+		}, []string{"reason"}),
 	}
 	cs := []prometheus.Collector{
-		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals,
+		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
 		}, func() float64 { return float64(s.held.Load()) }),
@@ -92,17 +96,21 @@ func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, err
 			return nil, err
 		}
 	}
-	for _, r := range []string{refusedInflight, refusedRate, refusedHeldPolls} {
+	for _, r := range []string{refusedInflight, refusedRate, refusedHouseholdRate, refusedHeldPolls} {
 		m.refusals.WithLabelValues(r) // show zero before the first refusal
+	}
+	for _, r := range tokenRefusalReasons {
+		m.tokensRefused.WithLabelValues(r)
 	}
 	return m, nil
 }
 
 // Admission refusal reasons.
 const (
-	refusedInflight  = "send_inflight"
-	refusedRate      = "send_rate"
-	refusedHeldPolls = "held_polls"
+	refusedInflight      = "send_inflight"
+	refusedRate          = "send_rate"
+	refusedHouseholdRate = "household_send_rate"
+	refusedHeldPolls     = "held_polls"
 )
 
 // poolCollector exports the store's connection pool.

@@ -96,6 +96,13 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 			}
 		}
 		pending = true // after a wake-up, always read
+		if len(batch.Envelopes) > 0 {
+			// A removal this relay has not heard of must not hand a
+			// re-registered device's envelopes to an older token.
+			if err := s.recheckRemoval(ctx, r, c); err != nil {
+				return err
+			}
+		}
 		if len(batch.Envelopes) > 0 || waiter == nil {
 			s.metrics.polls.WithLabelValues(outcome(len(batch.Envelopes) > 0, pollEmpty)).Inc()
 			writePoll(w, r, pos.Cursor, batch)
@@ -113,7 +120,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 			// The device was removed while its poll was held: the token
 			// that holds it is no longer good.
 			s.metrics.polls.WithLabelValues(pollRemoved).Inc()
-			return errUnauthorized
+			return s.refuseToken(r, refusedRemoved, nil)
 		case errors.Is(werr, wake.ErrSuperseded):
 			s.metrics.polls.WithLabelValues(pollSuperseded).Inc()
 		case errors.Is(werr, wake.ErrClosed):
@@ -126,6 +133,24 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		writePoll(w, r, pos.Cursor, store.Batch{})
 		return nil
 	}
+}
+
+// recheckRemoval asks the store whether the token's device was removed
+// after the token was issued.
+func (s *Server) recheckRemoval(ctx context.Context, r *http.Request, c token.Claims) error {
+	removed, err := offload(func() (time.Time, error) {
+		ctx, cancel := s.storeCtx(ctx)
+		defer cancel()
+		return s.store.RemovedAt(ctx, c.Household, c.Device)
+	})
+	if err != nil {
+		return err
+	}
+	if refusedByRemoval(c, removed) {
+		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		return s.refuseToken(r, refusedRemoved, nil)
+	}
+	return nil
 }
 
 func (s *Server) fetch(ctx context.Context, c token.Claims, after int64, limit int) (store.Batch, error) {

@@ -57,14 +57,19 @@ type Server struct {
 	now   func() time.Time
 	check func(ctx context.Context, rawURL string) error
 
-	handler  http.Handler
-	metrics  *metrics
-	verified verified
-	removals removals
-	draining atomic.Bool
-	held     atomic.Int64 // polls currently held (waiting)
-	inflight chan struct{}
-	limiter  *rate.Limiter
+	handler    http.Handler
+	metrics    *metrics
+	verified   verified
+	removals   removals
+	draining   atomic.Bool
+	readiness  readiness
+	held       atomic.Int64 // polls currently held (waiting)
+	inflight   chan struct{}
+	limiter    *rate.Limiter
+	households households
+	// tokensRefused counts 401s for the rate-limited log line.
+	tokensRefused atomic.Uint64
+	refusedLog    rate.Sometimes
 
 	// afterFirstRead, when set by a test, runs right after a poll's first
 	// read of the device's position (the ack, which reads the head) and
@@ -85,17 +90,19 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("relay: a store and a wake hub are required")
 	}
 	s := &Server{
-		cfg:      cfg,
-		keys:     cfg.IssuerKeys,
-		store:    deps.Store,
-		hub:      deps.Hub,
-		push:     deps.Push,
-		log:      deps.Logger,
-		now:      deps.Now,
-		check:    deps.CheckEndpoint,
-		inflight: make(chan struct{}, cfg.SendInflight),
-		limiter:  rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
-		done:     make(chan struct{}),
+		cfg:        cfg,
+		keys:       cfg.IssuerKeys,
+		store:      deps.Store,
+		hub:        deps.Hub,
+		push:       deps.Push,
+		log:        deps.Logger,
+		now:        deps.Now,
+		check:      deps.CheckEndpoint,
+		inflight:   make(chan struct{}, cfg.SendInflight),
+		limiter:    rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
+		households: newHouseholds(cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
+		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		done:       make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -143,7 +150,7 @@ func (s *Server) routes() http.Handler {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusMethodNotAllowed, codeBadRequest, "Method not allowed on this endpoint."))
 	})
-	return r
+	return s.guardBody(r)
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
@@ -151,14 +158,61 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errDraining)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
+	if err := s.readiness.check(r.Context(), s.store.Ping); err != nil {
 		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ready\n"))
+}
+
+// readyTTL is how long an answer of the store's probe is reused. Probes
+// come unauthenticated and from anywhere: however many arrive, the store
+// is asked at most once at a time and about once per readyTTL.
+const readyTTL = time.Second
+
+// readiness runs the store's probe for /ready, one at a time, and keeps its
+// answer for readyTTL.
+type readiness struct {
+	mu      sync.Mutex
+	checked time.Time
+	err     error
+	running chan struct{} // closed when the probe in flight answers
+}
+
+func (rd *readiness) check(ctx context.Context, ping func(context.Context) error) error {
+	rd.mu.Lock()
+	if !rd.checked.IsZero() && time.Since(rd.checked) < readyTTL {
+		err := rd.err
+		rd.mu.Unlock()
+		return err
+	}
+	if ch := rd.running; ch != nil {
+		rd.mu.Unlock()
+		select {
+		case <-ch:
+			rd.mu.Lock()
+			defer rd.mu.Unlock()
+			return rd.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ch := make(chan struct{})
+	rd.running = ch
+	rd.mu.Unlock()
+
+	// Not the prober's own context: its hanging up must not fail the
+	// probe that others are waiting for.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	err := ping(pctx)
+	cancel()
+
+	rd.mu.Lock()
+	rd.err, rd.checked, rd.running = err, time.Now(), nil
+	rd.mu.Unlock()
+	close(ch)
+	return err
 }
 
 // Serve serves on ln until Shutdown. It returns nil after a clean shutdown.
@@ -170,7 +224,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// No WriteTimeout: it would cut held polls. Polls end by their own
-		// deadline; request bodies get a read deadline in the handlers.
+		// deadline; request bodies get a read deadline in guardBody.
 	}
 	s.mu.Lock()
 	s.http = srv

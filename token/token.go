@@ -38,6 +38,7 @@ var (
 	ErrClaims       = errors.New("token: missing or invalid claims")
 	ErrExpired      = errors.New("token: expired")
 	ErrNotYetValid  = errors.New("token: not yet valid")
+	ErrFutureIssue  = errors.New("token: issued in the future")
 	ErrUnknownScope = errors.New("token: unknown scope")
 )
 
@@ -59,23 +60,28 @@ type header struct {
 	Crit []string `json:"crit,omitempty"`
 }
 
+// HH and Sub are pointers so that a missing claim (refused here) differs
+// from an empty one (a bad name, which the caller answers with 400).
 type wireClaims struct {
-	HH    string       `json:"hh"`
-	Sub   string       `json:"sub"`
+	HH    *string      `json:"hh"`
+	Sub   *string      `json:"sub"`
 	Exp   *json.Number `json:"exp"`
 	Iat   *json.Number `json:"iat,omitempty"`
 	Nbf   *json.Number `json:"nbf,omitempty"`
 	Scope string       `json:"scope,omitempty"`
 }
 
-var b64 = base64.RawURLEncoding
+// b64 is strict: each part has exactly one accepted spelling (the spare
+// bits of the last character must be zero), so a token cannot be varied
+// without breaking it, and every spelling is not its own cache entry.
+var b64 = base64.RawURLEncoding.Strict()
 
 // Mint signs claims with key. A zero IssuedAt or NotBefore is left out.
 func Mint(key ed25519.PrivateKey, c Claims) (string, error) {
 	if c.Household == "" || c.Device == "" || c.Expires.IsZero() {
 		return "", fmt.Errorf("%w: hh, sub and exp are required", ErrClaims)
 	}
-	w := wireClaims{HH: c.Household, Sub: c.Device, Exp: unix(c.Expires), Scope: c.Scope}
+	w := wireClaims{HH: &c.Household, Sub: &c.Device, Exp: unix(c.Expires), Scope: c.Scope}
 	if !c.IssuedAt.IsZero() {
 		w.Iat = unix(c.IssuedAt)
 	}
@@ -100,8 +106,9 @@ func unix(t time.Time) *json.Number {
 }
 
 // Verify checks raw against the trusted keys at time now and returns its
-// claims. Names in the claims are not validated here: a validly signed
-// token with a bad name is the issuer's mistake, and the caller answers 400.
+// claims. Names in the claims are not validated here, and may be empty: a
+// validly signed token with a bad name is the issuer's mistake, and the
+// caller answers 400.
 func Verify(raw string, keys []ed25519.PublicKey, now time.Time) (Claims, error) {
 	if len(raw) > MaxLen {
 		return Claims{}, ErrTooLong
@@ -149,10 +156,10 @@ func Verify(raw string, keys []ed25519.PublicKey, now time.Time) (Claims, error)
 }
 
 func (w wireClaims) claims(now time.Time) (Claims, error) {
-	if w.HH == "" || w.Sub == "" || w.Exp == nil {
+	if w.HH == nil || w.Sub == nil || w.Exp == nil {
 		return Claims{}, fmt.Errorf("%w: hh, sub and exp are required", ErrClaims)
 	}
-	c := Claims{Household: w.HH, Device: w.Sub, Scope: w.Scope}
+	c := Claims{Household: *w.HH, Device: *w.Sub, Scope: w.Scope}
 	var err error
 	if c.Expires, err = numericDate(w.Exp); err != nil {
 		return Claims{}, err
@@ -175,6 +182,12 @@ func (w wireClaims) claims(now time.Time) (Claims, error) {
 	}
 	if !c.NotBefore.IsZero() && now.Before(c.NotBefore.Add(-Skew)) {
 		return Claims{}, ErrNotYetValid
+	}
+	// A future iat would outlive the device's removal: tokens issued at
+	// or before a removal are refused, and this one would seem issued
+	// after any removal to come.
+	if !c.IssuedAt.IsZero() && now.Before(c.IssuedAt.Add(-Skew)) {
+		return Claims{}, ErrFutureIssue
 	}
 	return c, nil
 }

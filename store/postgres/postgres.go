@@ -52,6 +52,10 @@ type DB struct {
 	pool *pgxpool.Pool
 	// probe is the configuration Ping connects with, outside the pool.
 	probe *pgx.ConnConfig
+	// probeSem holds probeConn: one Ping at a time, on one connection
+	// kept between Pings and opened again after a failure.
+	probeSem  chan struct{}
+	probeConn *pgx.Conn
 }
 
 // Open connects, applies pending migrations under an advisory lock, and
@@ -100,29 +104,63 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, classify("pool", err)
 	}
-	return &DB{pool: pool, probe: probe}, nil
+	return &DB{pool: pool, probe: probe, probeSem: make(chan struct{}, 1)}, nil
 }
 
-// Close closes the pool's connections.
+// Close closes the pool's connections and the probe's.
 func (db *DB) Close() error {
+	db.probeSem <- struct{}{}
+	if db.probeConn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), PingTimeout)
+		_ = db.probeConn.Close(ctx)
+		cancel()
+		db.probeConn = nil
+	}
+	<-db.probeSem
 	db.pool.Close()
 	return nil
 }
 
 // Ping checks the database on a connection of its own, so that a database
-// that accepts connections and then hangs cannot take the pool's.
+// that accepts connections and then hangs cannot take the pool's. The
+// connection is kept for the next Ping (a probe must not cost the server a
+// new session each time) and opened again after a failure. One Ping runs
+// at a time; others wait for it within their own deadline.
 func (db *DB) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, PingTimeout)
 	defer cancel()
-	cc := db.probe.Copy()
-	cc.ConnectTimeout = PingTimeout
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return classify("ping", err)
+	select {
+	case db.probeSem <- struct{}{}:
+	case <-ctx.Done():
+		return classify("ping", ctx.Err())
 	}
-	defer conn.Close(ctx)
+	defer func() { <-db.probeSem }()
+	// A kept connection may have died since (a restart, an idle
+	// timeout): one failure on it earns one try on a fresh connection.
+	kept := db.probeConn != nil
+	err := db.probeOnce(ctx)
+	if err != nil && kept {
+		err = db.probeOnce(ctx)
+	}
+	return err
+}
+
+// probeOnce runs one probe query, connecting first if needed; the caller
+// holds probeSem.
+func (db *DB) probeOnce(ctx context.Context) error {
+	if db.probeConn == nil {
+		cc := db.probe.Copy()
+		cc.ConnectTimeout = PingTimeout
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			return classify("ping", err)
+		}
+		db.probeConn = conn
+	}
 	var one int
-	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+	if err := db.probeConn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		_ = db.probeConn.Close(context.WithoutCancel(ctx))
+		db.probeConn = nil
 		return classify("ping", err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,43 @@ func TestExpire(t *testing.T) {
 	fresh, err := db.Send(ctx, store.SendParams{Household: "away", Sender: "s", ID: "unread0", To: []string{"a"}, Payload: []byte("new"), Now: recent})
 	if err != nil || fresh.Repeat {
 		t.Errorf("expired id sent again = %+v, %v, want a new send", fresh, err)
+	}
+}
+
+// TestPingKeepsItsConnection: a thousand Pings, 25 at a time, use one
+// connection of their own (the server sees one session, not one per
+// probe), and a Ping after that session was killed opens a new one and
+// succeeds. Each Ping opened and closed a session of its own before, which
+// let unauthenticated /ready probes exhaust the server's connections.
+func TestPingKeepsItsConnection(t *testing.T) {
+	db := openDB(t, 2)
+	ctx := testCtx(t)
+	if err := db.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := db.probeConn.PgConn().PID()
+	var wg sync.WaitGroup
+	for range 25 {
+		wg.Go(func() {
+			for range 40 {
+				if err := db.Ping(ctx); err != nil {
+					t.Errorf("Ping: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := db.probeConn.PgConn().PID(); got != pid {
+		t.Fatalf("the probe's session changed from %d to %d without a failure", pid, got)
+	}
+	if _, err := db.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ping(ctx); err != nil {
+		t.Fatalf("Ping after its session was killed: %v", err)
+	}
+	if got := db.probeConn.PgConn().PID(); got == pid {
+		t.Fatal("the probe kept a killed session")
 	}
 }

@@ -1,0 +1,80 @@
+package relay
+
+import (
+	"io"
+	"net/http"
+	"time"
+)
+
+// guardBody gives every request that declares a body a deadline to send it,
+// authenticated or not, and closes the connection of a request answered
+// without reading its body to the end.
+//
+// net/http discards an unread body after the handler returns, so that the
+// connection can carry the next request, and it waits for that body with no
+// deadline of its own: a client that declares a body and never sends it
+// would hold its connection for ever on any path that answers without
+// reading (401, 404, /live, /ready). TestUnreadBodyClosesConnection and
+// TestSlowBodyHasDeadline guard this.
+func (s *Server) guardBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 { // no body (-1 is a chunked one)
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		b := &watchedBody{ReadCloser: r.Body}
+		r.Body = b
+		next.ServeHTTP(&closeUnread{ResponseWriter: w, body: b}, r)
+		if !b.done {
+			// The body was not read to its end: what follows on the wire
+			// is not a request. Fail the discard at once; the connection
+			// closes.
+			_ = rc.SetReadDeadline(time.Now())
+		}
+	})
+}
+
+// watchedBody notes whether its reader reached the end.
+type watchedBody struct {
+	io.ReadCloser
+	done bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.done = true
+	}
+	return n, err
+}
+
+// closeUnread asks for "Connection: close" when the answer starts before
+// the body was read to its end, so that net/http does not wait to discard
+// it before answering.
+type closeUnread struct {
+	http.ResponseWriter
+	body        *watchedBody
+	wroteHeader bool
+}
+
+func (w *closeUnread) WriteHeader(status int) {
+	if !w.wroteHeader {
+		w.wroteHeader = true
+		if !w.body.done {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *closeUnread) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *closeUnread) Unwrap() http.ResponseWriter { return w.ResponseWriter }
