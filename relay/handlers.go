@@ -274,6 +274,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	res, err := s.store.Send(ctx, store.SendParams{
 		Household: c.Household, Sender: c.Device, ID: req.ID, To: to, Payload: req.Payload, Now: s.now(),
 		MaxPendingEnvelopes: s.cfg.MaxPendingEnvelopes, MaxPendingBytes: s.cfg.MaxPendingBytes,
+		MaxHouseholdPendingBytes: s.cfg.MaxHouseholdPending,
 	})
 	if err != nil {
 		return err
