@@ -193,6 +193,11 @@ type Ack struct {
 	Cursor int64
 	// Seen, when not zero, moves last_seen up to it (never down).
 	Seen time.Time
+	// RemovedAt is the device's last removal as the caller knew it when it
+	// took the ack (zero: never removed). If the device was removed after
+	// that, the ack belongs to an earlier life of the name and is skipped:
+	// it must not acknowledge what a new registration is owed.
+	RemovedAt time.Time
 }
 
 // DeviceState is where a device stands, read without writing anything.
@@ -295,10 +300,9 @@ type Store interface {
 	// not created, no error. Either every ack of the batch is applied or
 	// none is.
 	//
-	// An ack names a device, not one registration of it: an ack queued
-	// before a device was removed and applied after it registered again
-	// acknowledges the new registration's envelopes up to its cursor. The
-	// caller drops queued acks of a device it sees removed.
+	// An ack names one life of a device through RemovedAt: one queued
+	// before a removal the caller had not heard of is skipped, even if the
+	// name was registered again meanwhile.
 	AckMany(ctx context.Context, acks []Ack) (deleted int64, err error)
 	// State reads where a device stands without writing anything.
 	State(ctx context.Context, household, device string) (DeviceState, error)

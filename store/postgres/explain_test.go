@@ -115,7 +115,8 @@ func TestExplain(t *testing.T) {
 			[]string{"h07", "h03", "h07", "h07", "h19"},
 			[]string{"d17", "d42", "d03", "d17", "ghost"},
 			[]int64{12, 3, 20, 8, 1},
-			[]*time.Time{&now, nil, &now, &now, &now}}},
+			[]*time.Time{&now, nil, &now, &now, &now},
+			[]*time.Time{nil, nil, &now, nil, nil}}},
 	}
 	plans := explainCalls(t, db, calls)
 	for _, p := range plans {

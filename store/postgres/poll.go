@@ -138,7 +138,7 @@ func (db *DB) State(ctx context.Context, household, device string) (store.Device
 // sqlAckMany is a batch of acks: relay_ack_many (migration 0002) locks the
 // devices that exist in (household, name) order, then deletes what the new
 // cursors cover and moves cursors, counters and last_seen, in one call.
-const sqlAckMany = `SELECT relay_ack_many($1, $2, $3, $4)`
+const sqlAckMany = `SELECT relay_ack_many($1, $2, $3, $4, $5)`
 
 // AckMany applies a batch of acks in one statement, one round trip.
 func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
@@ -149,14 +149,18 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 	devices := make([]string, len(acks))
 	cursors := make([]int64, len(acks))
 	seen := make([]pgtype.Timestamptz, len(acks))
+	removed := make([]pgtype.Timestamptz, len(acks))
 	for i, a := range acks {
 		households[i], devices[i], cursors[i] = a.Household, a.Device, a.Cursor
 		if !a.Seen.IsZero() {
 			seen[i] = pgtype.Timestamptz{Time: micro(a.Seen), Valid: true}
 		}
+		if !a.RemovedAt.IsZero() {
+			removed[i] = pgtype.Timestamptz{Time: micro(a.RemovedAt), Valid: true}
+		}
 	}
 	var deleted int64
-	if err := db.pool.QueryRow(ctx, sqlAckMany, households, devices, cursors, seen).Scan(&deleted); err != nil {
+	if err := db.pool.QueryRow(ctx, sqlAckMany, households, devices, cursors, seen, removed).Scan(&deleted); err != nil {
 		return 0, classify("ack many", err)
 	}
 	return deleted, nil

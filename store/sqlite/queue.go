@@ -191,8 +191,9 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 	// One entry per device: the highest cursor, the latest time.
 	type key struct{ household, device string }
 	type want struct {
-		cursor int64
-		seen   int64 // Unix microseconds; 0: leave last_seen
+		cursor  int64
+		seen    int64 // Unix microseconds; 0: leave last_seen
+		removed int64 // Unix microseconds; 0: never removed, as the caller knew
 	}
 	merged := make(map[key]want, len(acks))
 	order := make([]key, 0, len(acks))
@@ -207,6 +208,9 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 		if !a.Seen.IsZero() {
 			w.seen = max(w.seen, micros(a.Seen))
 		}
+		if !a.RemovedAt.IsZero() {
+			w.removed = max(w.removed, micros(a.RemovedAt))
+		}
 		merged[k] = w
 	}
 
@@ -215,14 +219,19 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 		deleted = 0
 		for _, k := range order {
 			w := merged[k]
-			var cursor, head, seen int64
-			err := q.QueryRowContext(ctx, `SELECT cursor, head, last_seen FROM devices WHERE household = ? AND name = ?`,
-				k.household, k.device).Scan(&cursor, &head, &seen)
+			var cursor, head, seen, removed int64
+			err := q.QueryRowContext(ctx, `SELECT d.cursor, d.head, d.last_seen, coalesce(r.removed_at, 0)
+				FROM devices d LEFT JOIN removals r ON r.household = d.household AND r.device = d.name
+				WHERE d.household = ? AND d.name = ?`,
+				k.household, k.device).Scan(&cursor, &head, &seen, &removed)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // not registered (or removed): skipped, never created
 			}
 			if err != nil {
 				return err
+			}
+			if removed > w.removed {
+				continue // taken before a removal the caller had not heard of
 			}
 			// Up only, and never past the head.
 			to := max(cursor, min(w.cursor, head))

@@ -131,7 +131,8 @@ END
 $$;
 
 CREATE FUNCTION relay_ack_many(
-    p_households text[], p_devices text[], p_cursors bigint[], p_seen timestamptz[])
+    p_households text[], p_devices text[], p_cursors bigint[], p_seen timestamptz[],
+    p_removed timestamptz[])
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -147,16 +148,20 @@ BEGIN
     -- order sends and expiry lock in, before any envelope is touched. A
     -- device named twice is one row with the highest cursor and the latest
     -- time. The cursor moves up only, and never past the head read under
-    -- the lock.
+    -- the lock. An ack taken before a removal the caller had not heard of
+    -- (p_removed older than the recorded one) belongs to an earlier life
+    -- of the name and is skipped.
     SELECT array_agg(l.household), array_agg(l.name), array_agg(l.cursor),
            array_agg(l.new_cursor), array_agg(l.seen)
     FROM (SELECT d.household, d.name, d.cursor,
                  GREATEST(d.cursor, LEAST(a.cursor, d.head)) AS new_cursor, a.seen
           FROM devices d
-          JOIN (SELECT household, device, max(cursor) AS cursor, max(seen) AS seen
-                FROM unnest(p_households, p_devices, p_cursors, p_seen) AS u(household, device, cursor, seen)
+          JOIN (SELECT household, device, max(cursor) AS cursor, max(seen) AS seen, max(removed) AS removed
+                FROM unnest(p_households, p_devices, p_cursors, p_seen, p_removed) AS u(household, device, cursor, seen, removed)
                 GROUP BY household, device) a
             ON d.household = a.household AND d.name = a.device
+          LEFT JOIN removals r ON r.household = d.household AND r.device = d.name
+          WHERE r.removed_at IS NULL OR r.removed_at <= a.removed
           ORDER BY d.household, d.name
           FOR UPDATE OF d) l
     INTO v_households, v_devices, v_from, v_to, v_seen;
