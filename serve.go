@@ -108,7 +108,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer pq.Close(context.Background()) // a no-op after the drain below
 	srv, err := relay.New(cfg, relay.Deps{
 		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"), Metrics: reg,
-		CheckEndpoint: func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, cfg.PushAllowPrivate) },
 	})
 	if err != nil {
 		return err
@@ -187,12 +186,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 func pushConfig(cfg relay.Config, log *slog.Logger) push.Config {
 	return push.Config{
-		Workers:      cfg.PushWorkers,
-		QueueSize:    cfg.PushQueue,
-		AllowPrivate: cfg.PushAllowPrivate,
-		APNs:         push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL},
-		FCM:          push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
-		Logger:       log.With("component", "push"),
+		Workers:               cfg.PushWorkers,
+		QueueSize:             cfg.PushQueue,
+		HouseholdInFlight:     cfg.PushHouseholdFlight,
+		HouseholdQueue:        cfg.PushHouseholdQueue,
+		ResponseHeaderTimeout: cfg.PushHeaderTimeout,
+		AttemptTimeout:        cfg.PushAttemptTimeout,
+		Timeout:               cfg.PushTimeout,
+		AllowPrivate:          cfg.PushAllowPrivate,
+		APNs:                  push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL},
+		FCM:                   push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
+		Logger:                log.With("component", "push"),
 	}
 }
 

@@ -35,6 +35,7 @@ type Config struct {
 	ShutdownGrace       time.Duration
 	StoreTimeout        time.Duration
 	BodyTimeout         time.Duration
+	AckInterval         time.Duration
 	SQLiteSynchronous   string
 
 	RelayReplicas        int
@@ -52,6 +53,11 @@ type Config struct {
 	MetricsAddr          string
 	PushWorkers          int
 	PushQueue            int
+	PushHouseholdFlight  int
+	PushHouseholdQueue   int // 0: a share of PushQueue
+	PushHeaderTimeout    time.Duration
+	PushAttemptTimeout   time.Duration
+	PushTimeout          time.Duration
 	PushAllowPrivate     bool
 	APNsKeyFile          string
 	APNsKeyID            string
@@ -137,10 +143,11 @@ var settings = []Setting{
 	}},
 	{"FN_SHUTDOWN_GRACE", "10s", "how long a shutdown waits for sends in flight before closing connections", dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
 	{"FN_STORE_TIMEOUT", "5s", "deadline of one store call; past it the request gets 503 unavailable", dur(func(c *Config) *time.Duration { return &c.StoreTimeout })},
-	{"FN_BODY_TIMEOUT", "30s", "deadline for a client to send a request body; past it the connection is closed", func(c *Config, v string) error {
-		err := dur(func(c *Config) *time.Duration { return &c.BodyTimeout })(c, v)
-		if err == nil && c.BodyTimeout <= 0 {
-			return errors.New("want a duration above zero")
+	{"FN_BODY_TIMEOUT", "30s", "deadline for a client to send a request body; past it the connection is closed", posDur(func(c *Config) *time.Duration { return &c.BodyTimeout })},
+	{"FN_ACK_INTERVAL", "200ms", "acknowledgements and device activity are written to the store in batches at least this often (a crash may lose the last interval's acks: those envelopes are delivered again)", func(c *Config, v string) error {
+		err := dur(func(c *Config) *time.Duration { return &c.AckInterval })(c, v)
+		if err == nil && (c.AckInterval <= 0 || c.AckInterval > time.Minute) {
+			return errors.New("want a duration above zero and at most 1m")
 		}
 		return err
 	}},
@@ -241,6 +248,22 @@ var settings = []Setting{
 		c.PushQueue = int(n)
 		return err
 	}},
+	{"FN_PUSH_HOUSEHOLD_IN_FLIGHT", "2", "pushes of one household sent at a time, so that one household's hanging endpoints cannot hold every worker", func(c *Config, v string) error {
+		n, err := positive(v, 10000)
+		c.PushHouseholdFlight = int(n)
+		return err
+	}},
+	{"FN_PUSH_HOUSEHOLD_QUEUE", "", "pushes of one household waiting; past it its pushes are dropped and counted (empty: an eighth of FN_PUSH_QUEUE)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := positive(v, 1<<24)
+		c.PushHouseholdQueue = int(n)
+		return err
+	}},
+	{"FN_PUSH_HEADER_TIMEOUT", "5s", "how long a push provider may take to start its answer", posDur(func(c *Config) *time.Duration { return &c.PushHeaderTimeout })},
+	{"FN_PUSH_ATTEMPT_TIMEOUT", "10s", "how long one exchange with a push provider may take, its whole answer included", posDur(func(c *Config) *time.Duration { return &c.PushAttemptTimeout })},
+	{"FN_PUSH_TIMEOUT", "30s", "how long one push may take, retries included; past it the push is given up and counted failed", posDur(func(c *Config) *time.Duration { return &c.PushTimeout })},
 	{"FN_PUSH_ALLOW_PRIVATE", "false", "allow UnifiedPush endpoints on loopback, private and link-local addresses", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -290,6 +313,19 @@ func dur(field func(*Config) *time.Duration) func(*Config, string) error {
 			return errors.New("want a duration such as 10s or 1m")
 		}
 		*field(c) = d
+		return nil
+	}
+}
+
+// posDur is dur that refuses zero.
+func posDur(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if err := dur(field)(c, v); err != nil {
+			return err
+		}
+		if *field(c) <= 0 {
+			return errors.New("want a duration above zero")
+		}
 		return nil
 	}
 }

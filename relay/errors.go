@@ -90,7 +90,7 @@ func fromStore(err error) *httpError {
 	case errors.Is(err, store.ErrQueueFull):
 		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Limit: limitDevicePending, Message: "A recipient has too many envelopes waiting.", Cause: err}
 	case errors.Is(err, store.ErrHouseholdFull):
-		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Limit: limitHouseholdPending, Message: "This household's devices have too many envelopes waiting.", Cause: err}
+		return &httpError{Status: http.StatusTooManyRequests, Code: codeQueueFull, Limit: limitHouseholdPending, Message: "This household's devices have too many bytes waiting.", Cause: err}
 	case errors.Is(err, store.ErrNotFound):
 		return &httpError{Status: http.StatusNotFound, Code: codeNotFound, Message: "No such device.", Cause: err}
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

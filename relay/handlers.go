@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -27,7 +28,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) er
 // error into the protocol's error body.
 func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := offload(func() (token.Claims, error) { return s.authenticate(r) })
+		c, err := s.authenticate(r)
 		if err == nil {
 			err = h(w, r, c)
 		}
@@ -55,21 +56,35 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 	if !validName(c.Household) || !validName(c.Device) {
 		return token.Claims{}, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
-	k := deviceKey{c.Household, c.Device}
-	removed, ok := s.removals.get(k, now)
-	if !ok {
-		ctx, cancel := s.storeCtx(r.Context())
-		defer cancel()
-		var err error
-		if removed, err = s.store.RemovedAt(ctx, c.Household, c.Device); err != nil {
-			return token.Claims{}, err
-		}
-		s.removals.put(k, removed, now)
+	removed, err := s.removedAt(r.Context(), c)
+	if err != nil {
+		return token.Claims{}, err
 	}
 	if refusedByRemoval(c, removed) {
 		return token.Claims{}, s.refuseToken(r, refusedRemoved, nil)
 	}
 	return c, nil
+}
+
+// removedAt is the token's device's last removal: from memory, which the
+// hub keeps current on every relay, or read from the store on first use
+// (without registering the device: a sender need not be registered).
+func (s *Server) removedAt(ctx context.Context, c token.Claims) (time.Time, error) {
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	if pos, ok := s.positions.Get(key); ok {
+		return pos.RemovedAt, nil
+	}
+	ticket := s.positions.Begin(key)
+	st, err := offload(func() (store.DeviceState, error) {
+		ctx, cancel := s.storeCtx(ctx)
+		defer cancel()
+		return s.store.State(ctx, c.Household, c.Device)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	pos := s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt})
+	return pos.RemovedAt, nil
 }
 
 // refusedByRemoval: a token issued at or before the device's last removal
@@ -189,12 +204,20 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c token.Claims
 	if err != nil {
 		return err
 	}
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	s.positions.Registered(key)
+	// Acks not yet written are the device's all the same.
+	if pos, ok := s.positions.Get(key); ok {
+		d.Cursor = max(d.Cursor, pos.Cursor)
+	}
 	writeBody(w, r, http.StatusOK, registerResponse{Household: d.Household, Device: d.Name, Cursor: d.Cursor})
 	return nil
 }
 
-// pushTarget validates a register request's push target. The address field
-// is "endpoint" for every kind; "token" is accepted for APNs and FCM.
+// pushTarget validates a register request's push target with the push
+// queue's own check, the one its workers apply before every push, so that
+// nothing is accepted here that would never be pushed. The address field is
+// "endpoint" for every kind; "token" is accepted for APNs and FCM.
 func (s *Server) pushTarget(ctx context.Context, p pushRequest) (store.PushTarget, error) {
 	addr := p.Endpoint
 	if addr == "" {
@@ -203,29 +226,29 @@ func (s *Server) pushTarget(ctx context.Context, p pushRequest) (store.PushTarge
 	switch p.Kind {
 	case store.PushNone:
 		return store.PushTarget{Kind: store.PushNone}, nil
-	case store.PushUnifiedPush:
-		u, err := url.Parse(addr)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || len(addr) > 2048 {
-			return store.PushTarget{}, badRequest("push.endpoint must be an http or https URL without credentials.")
-		}
-		if s.check != nil {
-			if err := s.check(ctx, addr); err != nil {
-				return store.PushTarget{}, &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Message: "push.endpoint is not allowed: it must resolve to a public address.", Cause: err}
-			}
-		}
-	case store.PushAPNs:
-		if len(addr) < 32 || len(addr) > 200 || len(addr)%2 != 0 || strings.Trim(strings.ToLower(addr), "0123456789abcdef") != "" {
-			return store.PushTarget{}, badRequest("push.endpoint must be a hex APNs device token.")
-		}
-		addr = strings.ToLower(addr)
-	case store.PushFCM:
-		if addr == "" || len(addr) > 4096 || strings.ContainsAny(addr, " \t\r\n") {
-			return store.PushTarget{}, badRequest("push.endpoint must be an FCM registration token.")
-		}
+	case store.PushUnifiedPush, store.PushAPNs, store.PushFCM:
 	default:
 		return store.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, apns, fcm.")
 	}
-	return store.PushTarget{Kind: p.Kind, Address: addr}, nil
+	if s.push == nil || !s.push.Enabled(p.Kind) {
+		return store.PushTarget{}, badRequest("push.kind %s is not configured on this relay.", p.Kind)
+	}
+	t := store.PushTarget{Kind: p.Kind, Address: addr}
+	if err := s.push.CheckTarget(ctx, push.Target(t)); err != nil {
+		msg := map[string]string{
+			store.PushUnifiedPush: "push.endpoint must be an http or https URL of printable ASCII without credentials.",
+			store.PushAPNs:        "push.endpoint must be a hex APNs device token.",
+			store.PushFCM:         "push.endpoint must be an FCM registration token of printable ASCII.",
+		}[p.Kind]
+		if errors.Is(err, push.ErrForbiddenAddress) {
+			msg = "push.endpoint is not allowed: it must resolve to a public address."
+		}
+		return store.PushTarget{}, &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Message: msg, Cause: err}
+	}
+	if p.Kind == store.PushAPNs {
+		t.Address = strings.ToLower(t.Address) // one spelling per device token
+	}
+	return t, nil
 }
 
 type sendRequest struct {
@@ -269,19 +292,38 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	}
 	defer release()
 
-	ctx, cancel := s.storeCtx(r.Context())
-	defer cancel()
-	res, err := s.store.Send(ctx, store.SendParams{
+	p := store.SendParams{
 		Household: c.Household, Sender: c.Device, ID: req.ID, To: to, Payload: req.Payload, Now: s.now(),
 		MaxPendingEnvelopes: s.cfg.MaxPendingEnvelopes, MaxPendingBytes: s.cfg.MaxPendingBytes,
 		MaxHouseholdPendingBytes: s.cfg.MaxHouseholdPending,
-	})
+	}
+	ctx, cancel := s.storeCtx(r.Context())
+	defer cancel()
+	res, err := s.store.Send(ctx, p)
+	if errors.Is(err, store.ErrQueueFull) || errors.Is(err, store.ErrHouseholdFull) {
+		// The store's pending counts lag the acks this relay has not
+		// written yet: write the household's now and try once more.
+		if s.acks.flushHousehold(ctx, c.Household) {
+			res, err = s.store.Send(ctx, p)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	if !res.Repeat {
 		s.metrics.stored.Add(float64(len(res.Deliveries)))
 		s.afterCommit(r.Context(), c.Household, res.Deliveries)
+	} else {
+		// A repeat may follow a first answer lost after its commit (the
+		// client could not tell): wake and push again the recipients
+		// whose copies still wait, as the first send would have.
+		pending := make([]store.Delivery, 0, len(res.Deliveries))
+		for _, d := range res.Deliveries {
+			if d.Pending {
+				pending = append(pending, d)
+			}
+		}
+		s.afterCommit(r.Context(), c.Household, pending)
 	}
 	out := sendResponse{ID: res.ID, Deliveries: make([]deliveryJSON, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
@@ -364,13 +406,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, c token.Claims) err
 	if req.Cursor == nil || *req.Cursor < 0 {
 		return badRequest("cursor must be a whole number from 0 to 2^63-1.")
 	}
-	ctx, cancel := s.storeCtx(r.Context())
-	defer cancel()
-	pos, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: *req.Cursor, Now: s.now()})
-	if err != nil {
+	if _, err := s.acknowledge(r.Context(), c, *req.Cursor); err != nil {
 		return err
 	}
-	s.metrics.acked.Add(float64(pos.Acked))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -438,7 +476,6 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c token.Cl
 	if err := s.store.DeleteDevice(ctx, c.Household, device, at); err != nil {
 		return err
 	}
-	s.removals.forget(deviceKey{c.Household, device})
 	// Committed: end the device's held polls on every relay. A failure
 	// here delays that only until the polls' next read of the store.
 	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: device}, at); err != nil {

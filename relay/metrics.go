@@ -24,6 +24,7 @@ type metrics struct {
 	received      prometheus.Counter
 	refusals      *prometheus.CounterVec // by reason
 	tokensRefused *prometheus.CounterVec // by reason
+	storeCalls    *prometheus.CounterVec // by op
 }
 
 // Poll outcomes.
@@ -37,7 +38,7 @@ const (
 	pollError      = "error"      // answered with an error
 )
 
-func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string) (*metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // nobody scrapes it; keeps the code free of nil checks
 	}
@@ -75,12 +76,15 @@ func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, err
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_admission_refusals_total", Help: "Requests refused by admission control, by reason.",
 		}, []string{"reason"}),
+		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_store_calls_total", Help: "Calls the API made to the store, by operation.",
+		}, []string{"op"}),
 		tokensRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_tokens_refused_total", Help: "Requests refused with 401, by why the token was refused.",
 		}, []string{"reason"}),
 	}
 	cs := []prometheus.Collector{
-		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused,
+		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
 		}, func() float64 { return float64(s.held.Load()) }),
@@ -88,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, hub string) (*metrics, err
 			Name: "fn_sends_in_flight", Help: "Sends being processed now.",
 		}, func() float64 { return float64(len(s.inflight)) }),
 	}
-	if ps, ok := s.store.(store.PoolStatser); ok {
+	if ps, ok := st.(store.PoolStatser); ok {
 		cs = append(cs, poolCollector{ps})
 	}
 	for _, c := range cs {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
+	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
@@ -30,7 +32,12 @@ var errOverloaded = &httpError{Status: http.StatusServiceUnavailable, Code: code
 
 // poll is GET /v1/poll: acknowledge up to cursor, answer what is waiting,
 // or hold until a send commits for this device, the wait runs out, a newer
-// poll for the device arrives, or the relay drains.
+// poll for the device arrives, the device is removed, or the relay drains.
+//
+// A poll asks the store only when something is there to read: the device's
+// head and cursor are known in memory (internal/position), acks are written
+// in the background (acks), and a poll whose cursor is current parks
+// without a store call.
 func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) error {
 	q, err := parseQuery(r)
 	if err != nil {
@@ -54,9 +61,10 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	ctx := r.Context()
 	key := wake.Key{Household: c.Household, Device: c.Device}
 
-	// The waiter is registered BEFORE the first read, so an envelope that
-	// commits between the read and the wait still wakes this poll at once.
-	// TestPollNoLostWakeup guards this ordering.
+	// The waiter is registered BEFORE the first read of the device's
+	// position, so an envelope that commits between that read and the
+	// wait still wakes this poll at once. TestPollNoLostWakeup guards this
+	// ordering.
 	var waiter wake.Waiter
 	if waitSecs > 0 {
 		n := s.held.Add(1)
@@ -72,47 +80,58 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		defer waiter.Close()
 	}
 
-	pos, err := offload(func() (store.Position, error) {
-		sctx, cancel := s.storeCtx(ctx)
-		defer cancel()
-		return s.store.Ack(sctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: cursor, Now: s.now()})
-	})
+	pos, err := s.acknowledge(ctx, c, cursor)
 	if err != nil {
 		return err
 	}
-	s.metrics.acked.Add(float64(pos.Acked))
 	if s.afterFirstRead != nil {
 		s.afterFirstRead(key)
 	}
-	deadline := time.Now().Add(time.Duration(waitSecs) * time.Second)
-	// The ack read the head in the same snapshot as the cursor: at or below
-	// it nothing is waiting, and the first fetch can be skipped.
-	pending := pos.Head > pos.Cursor
+	after := pos.Cursor
+	deadline := s.pollDeadline(time.Duration(waitSecs) * time.Second)
 	for {
-		var batch store.Batch
-		if pending {
-			if batch, err = s.fetch(ctx, c, pos.Cursor, int(limit)); err != nil {
+		if pos.Pending(after) {
+			batch, err := s.fetch(ctx, c, after, int(limit))
+			if err != nil {
 				return err
 			}
-		}
-		pending = true // after a wake-up, always read
-		if len(batch.Envelopes) > 0 {
-			// A removal this relay has not heard of must not hand a
-			// re-registered device's envelopes to an older token.
-			if err := s.recheckRemoval(ctx, r, c); err != nil {
-				return err
+			if len(batch.Envelopes) > 0 {
+				// Read in the same snapshot as the envelopes: a removal
+				// this relay has not heard of yet must not hand a device
+				// registered again since to an older token.
+				if refusedByRemoval(c, batch.RemovedAt) {
+					s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+					return s.refuseToken(r, refusedRemoved, nil)
+				}
+				s.metrics.polls.WithLabelValues(pollDelivered).Inc()
+				writePoll(w, r, after, batch)
+				return nil
 			}
+			// Nothing stored up to the head (expired unread): later polls
+			// need not look again until the head moves.
+			s.positions.Empty(key, pos.Head)
 		}
-		if len(batch.Envelopes) > 0 || waiter == nil {
-			s.metrics.polls.WithLabelValues(outcome(len(batch.Envelopes) > 0, pollEmpty)).Inc()
-			writePoll(w, r, pos.Cursor, batch)
+		if waiter == nil {
+			s.metrics.polls.WithLabelValues(pollEmpty).Inc()
+			writePoll(w, r, after, store.Batch{})
 			return nil
 		}
 		werr := s.wait(ctx, waiter, deadline)
 		switch {
 		case werr == nil:
 			s.metrics.received.Inc()
-			continue // woken: read again
+			// Woken: the hub told the position cache first, so memory
+			// has the news (or, after news was lost, a miss that reads
+			// the store).
+			if pos, err = s.position(ctx, c); err != nil {
+				return err
+			}
+			after = max(after, pos.Cursor)
+			if refusedByRemoval(c, pos.RemovedAt) {
+				s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+				return s.refuseToken(r, refusedRemoved, nil)
+			}
+			continue
 		case ctx.Err() != nil:
 			s.metrics.polls.WithLabelValues(pollHangup).Inc()
 			return nil // the client hung up; nobody to answer
@@ -130,27 +149,98 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		}
 		// Out of time, superseded by a newer poll, or draining: answer
 		// with what we have, which is nothing.
-		writePoll(w, r, pos.Cursor, store.Batch{})
+		writePoll(w, r, after, store.Batch{})
 		return nil
 	}
 }
 
-// recheckRemoval asks the store whether the token's device was removed
-// after the token was issued.
-func (s *Server) recheckRemoval(ctx context.Context, r *http.Request, c token.Claims) error {
-	removed, err := offload(func() (time.Time, error) {
+// pollDeadline is when a held poll with nothing to read answers empty: at
+// a small random point before its wait runs out (up to a tenth of it, at
+// most holdJitter), so that polls which started together (after a restart,
+// a deploy) do not stay together, each round spreading them further.
+func (s *Server) pollDeadline(wait time.Duration) time.Time {
+	early := min(wait/10, holdJitter)
+	if early > 0 {
+		wait -= time.Duration(rand.Int64N(int64(early)))
+	}
+	return time.Now().Add(wait)
+}
+
+// holdJitter is the most a held poll answers before its wait runs out.
+const holdJitter = 3 * time.Second
+
+// acknowledge is the start of a poll or an ack: it reads the device's
+// position (memory, or the store on first use), refuses a cursor above the
+// head, and records the acknowledgement for the background writer. The
+// position it returns has the cursor the client sent, if that is higher.
+// cursor < 0 acknowledges nothing.
+func (s *Server) acknowledge(ctx context.Context, c token.Claims, cursor int64) (position.State, error) {
+	pos, err := s.position(ctx, c)
+	if err != nil {
+		return pos, err
+	}
+	if cursor > pos.Head {
+		// Memory may not have heard of the latest send yet: the store
+		// decides.
+		if pos, err = s.readPosition(ctx, c); err != nil {
+			return pos, err
+		}
+		if cursor > pos.Head {
+			head := pos.Head
+			return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head}
+		}
+	}
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	now := s.now()
+	seen := time.Time{}
+	if s.positions.Touch(key, now, lastSeenEvery) {
+		seen = now
+	}
+	if cursor > pos.Cursor {
+		s.positions.Acked(key, cursor)
+		pos.Cursor = cursor
+		s.acks.add(key, cursor, seen, pos.RemovedAt)
+	} else if !seen.IsZero() {
+		s.acks.add(key, -1, seen, pos.RemovedAt)
+	}
+	return pos, nil
+}
+
+// lastSeenEvery is how often a device's activity is written at most.
+const lastSeenEvery = time.Minute
+
+// position is what is known of the token's device: from memory, or read
+// from the store (and registered, for a device's first poll or ack).
+func (s *Server) position(ctx context.Context, c token.Claims) (position.State, error) {
+	if pos, ok := s.positions.Get(wake.Key{Household: c.Household, Device: c.Device}); ok && pos.Exists {
+		return pos, nil
+	}
+	return s.readPosition(ctx, c)
+}
+
+// readPosition reads the device's position from the store, registering a
+// device that polls or acks before it ever registered, and merges it into
+// memory.
+func (s *Server) readPosition(ctx context.Context, c token.Claims) (position.State, error) {
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	ticket := s.positions.Begin(key)
+	st, err := offload(func() (store.DeviceState, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()
-		return s.store.RemovedAt(ctx, c.Household, c.Device)
+		st, err := s.store.State(ctx, c.Household, c.Device)
+		if err != nil || st.Exists {
+			return st, err
+		}
+		p, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: -1, Now: s.now()})
+		if err != nil {
+			return st, err
+		}
+		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, RemovedAt: st.RemovedAt}, nil
 	})
 	if err != nil {
-		return err
+		return position.State{}, err
 	}
-	if refusedByRemoval(c, removed) {
-		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
-		return s.refuseToken(r, refusedRemoved, nil)
-	}
-	return nil
+	return s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt}), nil
 }
 
 func (s *Server) fetch(ctx context.Context, c token.Claims, after int64, limit int) (store.Batch, error) {
@@ -178,13 +268,6 @@ func (s *Server) wait(ctx context.Context, waiter wake.Waiter, deadline time.Tim
 		return wctx.Err()
 	}
 	return err
-}
-
-func outcome(delivered bool, otherwise string) string {
-	if delivered {
-		return pollDelivered
-	}
-	return otherwise
 }
 
 func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Batch) {

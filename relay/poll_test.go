@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/flamenet/relay/wake"
 )
 
 // TestPollNoLostWakeup guards the order of the poll loop in poll.go: the
 // waiter is registered (hub.Subscribe) BEFORE the poll's first read of the
-// device's position. That first read is the ack, which also reads the head
-// and lets the poll skip its fetch when nothing is pending. The test commits
-// a send right after that read (afterFirstRead), thousands of times, and
-// each poll must return the envelope at once.
+// device's position (its head and cursor, from memory or the store), which
+// decides whether there is anything to fetch. The test commits a send right
+// after that read (afterFirstRead), thousands of times, and each poll must
+// return the envelope at once.
 //
-// Moving the Subscribe call anywhere after the ack (below it, or down
-// between the ack and the fetch) makes this test fail on its first
-// iteration: the ack saw nothing pending, the signal found no waiter, and
-// the poll sleeps out its wait and answers empty. Both were tried; keep the
-// order.
+// Moving the Subscribe call anywhere after that read makes this test fail
+// on its first iteration: the read saw nothing pending, the signal found no
+// waiter, and the poll sleeps out its wait and answers empty. That was
+// tried; keep the order.
 func TestPollNoLostWakeup(t *testing.T) {
 	h := newHarness(t, nil)
 	iterations := 2000
@@ -160,5 +161,72 @@ func TestWaitRunsOut(t *testing.T) {
 	p := h.poll(phone, "wait=1")
 	if len(p.Envelopes) != 0 || p.Cursor != 1 || p.More {
 		t.Fatalf("poll = %+v", p)
+	}
+}
+
+// TestIdlePollsCostNoStore: a thousand devices whose held polls expire
+// several times, with nothing sent, cost the store nothing per poll: no
+// read and no write beyond the background batch that records their
+// activity once. (Every poll used to read the store and often write it.)
+func TestIdlePollsCostNoStore(t *testing.T) {
+	h := newHarness(t, nil)
+	const devices, rounds = 1000, 3
+	toks := make([]string, devices)
+	for i := range devices {
+		toks[i] = h.register("home", fmt.Sprint("d", i))
+	}
+	calls := func() map[string]float64 {
+		m := map[string]float64{}
+		for _, op := range []string{"state", "ack", "ack_many", "fetch", "register", "send"} {
+			m[op] = testutil.ToFloat64(h.srv.metrics.storeCalls.WithLabelValues(op))
+		}
+		return m
+	}
+	before := calls()
+	var wg sync.WaitGroup
+	for i := range devices {
+		wg.Go(func() {
+			for range rounds {
+				r, err := h.do(context.Background(), "GET", "/v1/poll?cursor=0&wait=1", toks[i], nil)
+				if err != nil || r.status != http.StatusOK {
+					t.Errorf("poll: %v %d %s", err, r.status, r.body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.srv.acks.close() // write what gathered, as at shutdown
+	after := calls()
+	for _, op := range []string{"state", "ack", "fetch", "register", "send"} {
+		if d := after[op] - before[op]; d != 0 {
+			t.Errorf("%d idle polls made %v store %s calls, want none", devices*rounds, d, op)
+		}
+	}
+	// Activity is recorded once per device per minute, in batches.
+	if d := after["ack_many"] - before["ack_many"]; d < 1 || d > 20 {
+		t.Errorf("%d idle polls made %v ack_many calls, want a few batches", devices*rounds, d)
+	}
+}
+
+// TestHoldIsJittered: an empty held poll answers at a random point in the
+// last tenth of its wait (at most holdJitter early), so that polls that
+// started together drift apart.
+func TestHoldIsJittered(t *testing.T) {
+	s := &Server{}
+	for _, wait := range []time.Duration{time.Second, 20 * time.Second, 60 * time.Second} {
+		early := min(wait/10, holdJitter)
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			start := time.Now()
+			d := s.pollDeadline(wait).Sub(start)
+			if d > wait || d < wait-early-time.Millisecond {
+				t.Fatalf("wait %v: deadline after %v, want within the last %v", wait, d, early)
+			}
+			seen[d.Round(early/20)] = true
+		}
+		if len(seen) < 5 {
+			t.Fatalf("wait %v: deadlines hardly vary: %v", wait, seen)
+		}
 	}
 }

@@ -64,7 +64,6 @@ func TestPushAfterSend(t *testing.T) {
 	}
 	defer q.Close(context.Background())
 	h.srv.push = q
-	h.srv.check = func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, true) }
 
 	reg := func(dev string) string {
 		tok := h.token("home", dev)
@@ -135,12 +134,23 @@ func TestPushAfterSend(t *testing.T) {
 // UnifiedPush endpoint on a loopback or private address is a 400.
 func TestRegisterRefusesPrivateEndpoint(t *testing.T) {
 	h := newHarness(t, nil)
-	h.srv.check = func(ctx context.Context, u string) error { return push.CheckEndpoint(ctx, u, false) }
+	q, err := push.New(push.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close(context.Background())
+	h.srv.push = q
 	tok := h.token("home", "phone")
-	for _, ep := range []string{"http://127.0.0.1:9/x", "https://10.0.0.1/x", "http://localhost/x", "http://[::1]/x", "http://169.254.169.254/latest"} {
+	for _, ep := range []string{"http://127.0.0.1:9/x", "https://10.0.0.1/x", "http://localhost/x", "http://[::1]/x", "http://169.254.169.254/latest", "https://push.example/a b", "https://u:p@push.example/x"} {
 		r := h.must("POST", "/v1/register", tok, map[string]any{"push": map[string]string{"kind": "unifiedpush", "endpoint": ep}}, http.StatusBadRequest)
 		if r.errCode(t) != codeBadRequest {
 			t.Fatalf("%s: %s", ep, r.body)
 		}
+	}
+	// A kind with no provider configured would never be pushed: refused
+	// at register, saying so.
+	r := h.must("POST", "/v1/register", tok, map[string]any{"push": map[string]string{"kind": "apns", "endpoint": strings.Repeat("ab", 32)}}, http.StatusBadRequest)
+	if r.errCode(t) != codeBadRequest || !strings.Contains(string(r.body), "not configured") {
+		t.Fatalf("apns without a provider: %s", r.body)
 	}
 }

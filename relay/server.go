@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -29,6 +30,10 @@ import (
 // Enqueue must never block; *push.Queue is one.
 type Pusher interface {
 	Enqueue(j push.Job) bool
+	// Enabled reports whether pushes of the kind can be sent at all.
+	Enabled(kind string) bool
+	// CheckTarget refuses a target the workers would refuse.
+	CheckTarget(ctx context.Context, t push.Target) error
 }
 
 // Deps are the relay's collaborators, built and owned by the caller.
@@ -37,13 +42,13 @@ type Deps struct {
 	Hub    wake.Hub
 	Push   Pusher // nil: no pushes
 	Logger *slog.Logger
-	// CheckEndpoint vets a UnifiedPush endpoint at registration; nil
-	// accepts any http(s) URL.
-	CheckEndpoint func(ctx context.Context, rawURL string) error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Metrics is where the API registers its series; nil: not exported.
 	Metrics prometheus.Registerer
+	// Positions is the memory of devices' positions; nil: a new one. The
+	// server makes it the hub's observer.
+	Positions *position.Cache
 }
 
 // Server serves the API for one relay process.
@@ -55,12 +60,12 @@ type Server struct {
 	push  Pusher
 	log   *slog.Logger
 	now   func() time.Time
-	check func(ctx context.Context, rawURL string) error
 
+	positions  *position.Cache
+	acks       *acks
 	handler    http.Handler
 	metrics    *metrics
 	verified   verified
-	removals   removals
 	draining   atomic.Bool
 	readiness  readiness
 	held       atomic.Int64 // polls currently held (waiting)
@@ -70,6 +75,7 @@ type Server struct {
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
+	ackLog        rate.Sometimes
 
 	// afterFirstRead, when set by a test, runs right after a poll's first
 	// read of the device's position (the ack, which reads the head) and
@@ -92,16 +98,16 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg:        cfg,
 		keys:       cfg.IssuerKeys,
-		store:      deps.Store,
+		positions:  deps.Positions,
 		hub:        deps.Hub,
 		push:       deps.Push,
 		log:        deps.Logger,
 		now:        deps.Now,
-		check:      deps.CheckEndpoint,
 		inflight:   make(chan struct{}, cfg.SendInflight),
 		limiter:    rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
 		households: newHouseholds(cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
 		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
 		done:       make(chan struct{}),
 	}
 	if s.log == nil {
@@ -114,12 +120,23 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RelayReplicas > 1 {
 		hub = "redis"
 	}
-	m, err := newMetrics(deps.Metrics, s, hub)
+	if s.positions == nil {
+		s.positions = position.New(0)
+	}
+	m, err := newMetrics(deps.Metrics, s, deps.Store, hub)
 	if err != nil {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	s.metrics = m
+	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
+	s.hub.Observe(s.positions)
 	s.handler = s.routes()
+	s.acks = newAcks(s.store, cfg.AckInterval, cfg.StoreTimeout, func(deleted int64, err error) {
+		s.metrics.acked.Add(float64(deleted))
+		if err != nil {
+			s.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
+		}
+	})
 	return s, nil
 }
 
@@ -255,6 +272,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.log.Warn("closing wake hub", "err", err)
 		}
 	}()
+	// Acknowledgements gathered until the last poll ended are written.
+	defer s.acks.close()
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()

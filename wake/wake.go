@@ -53,6 +53,10 @@ type Observer interface {
 
 // Hub connects senders to held polls.
 type Hub interface {
+	// Observe sets the observer told of every wake and removal, sent from
+	// here or received, before any waiter is woken by it. The relay calls
+	// it once, before it serves.
+	Observe(o Observer)
 	// Subscribe registers the device's one waiter on this process,
 	// superseding any older one. The caller must Close the waiter.
 	Subscribe(ctx context.Context, k Key) (Waiter, error)

@@ -23,7 +23,7 @@ const shardCount = 64
 // Hub is the in-process wake hub. The zero value is not usable; call New.
 type Hub struct {
 	seed   maphash.Seed
-	obs    wake.Observer
+	obs    atomic.Pointer[wake.Observer]
 	closed atomic.Bool
 	shards [shardCount]shard
 }
@@ -35,14 +35,27 @@ type shard struct {
 
 var _ wake.Hub = (*Hub)(nil)
 
-// New returns an empty hub that tells obs (which may be nil) of every
-// Signal and Remove before it wakes or ends a waiter.
+// New returns an empty hub that tells obs (which may be nil; see Observe)
+// of every Signal and Remove before it wakes or ends a waiter.
 func New(obs wake.Observer) *Hub {
-	h := &Hub{seed: maphash.MakeSeed(), obs: obs}
+	h := &Hub{seed: maphash.MakeSeed()}
+	if obs != nil {
+		h.Observe(obs)
+	}
 	for i := range h.shards {
 		h.shards[i].waiters = make(map[wake.Key]*Waiter)
 	}
 	return h
+}
+
+// Observe sets the observer.
+func (h *Hub) Observe(o wake.Observer) { h.obs.Store(&o) }
+
+func (h *Hub) observer() wake.Observer {
+	if o := h.obs.Load(); o != nil {
+		return *o
+	}
+	return nil
 }
 
 func (h *Hub) shard(k wake.Key) *shard {
@@ -93,9 +106,10 @@ func (h *Hub) SubscribeLocal(k wake.Key) (*Waiter, error) {
 // of each device held on this hub. A device with no waiter costs one map
 // lookup. It never fails.
 func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
+	obs := h.observer()
 	for _, w := range wakes {
-		if h.obs != nil {
-			h.obs.Advanced(w.Key, w.Head)
+		if obs != nil {
+			obs.Advanced(w.Key, w.Head)
 		}
 		h.notify(w.Key)
 	}
@@ -131,8 +145,8 @@ func (h *Hub) NotifyAll() {
 // Remove tells the observer that k was removed, then ends k's waiter on
 // this hub with wake.ErrRemoved. It never fails.
 func (h *Hub) Remove(_ context.Context, k wake.Key, at time.Time) error {
-	if h.obs != nil {
-		h.obs.Removed(k, at)
+	if obs := h.observer(); obs != nil {
+		obs.Removed(k, at)
 	}
 	h.End(k, wake.ErrRemoved)
 	return nil

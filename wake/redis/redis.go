@@ -206,6 +206,9 @@ func (h *Hub) push(ctx context.Context, rkeys []string) error {
 	return err
 }
 
+// Observe sets the observer of this process's wakes and removals.
+func (h *Hub) Observe(o wake.Observer) { h.local.Observe(o) }
+
 // Held reports whether a poll for k is held on this process.
 func (h *Hub) Held(k wake.Key) bool { return h.local.Held(k) }
 

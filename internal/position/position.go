@@ -1,0 +1,265 @@
+// Package position is what a relay process knows, in memory, of each
+// device it serves: whether it exists, its cursor, its head and its last
+// removal. A poll whose cursor is current and for which nothing is pending
+// parks on that knowledge without asking the store.
+//
+// The knowledge is filled from the store on a device's first use and kept
+// current by the wake hub (a Cache is a wake.Observer): every send
+// committed anywhere advances the head before any poll is woken by it, and
+// a removal resets the device. When the hub may have missed news (a
+// reconnect, an outage) it calls Lost, and everything is read again.
+//
+// Heads only grow within a device's life, and every source (the store, a
+// wake) reports a true lower bound of the head, so merging by maximum is
+// always safe. What could go wrong is a store read that started before news
+// arrived and finishes after it, carrying an older picture. Begin and Fill
+// close that window: Begin marks the entry before the read, news applies to
+// the marked entry, and Fill merges into it, or gives up when the entry was
+// replaced (a removal) or forgotten (Lost, eviction) in between.
+package position
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flamenet/relay/wake"
+)
+
+// State is what the relay knows of one device.
+type State struct {
+	Exists    bool      // registered (a sender need not be)
+	Cursor    int64     // highest seq acknowledged, as far as known here
+	Head      int64     // highest seq ever given, as far as known here
+	RemovedAt time.Time // last removal; zero if never
+	// Floor: a read found nothing stored above the cursor up to Floor, so
+	// there is nothing to fetch unless Head passes it (envelopes that
+	// expired unread leave the head above the cursor for good).
+	Floor int64
+	// Seen is when this relay last recorded the device's activity.
+	Seen time.Time
+}
+
+// Pending reports whether envelopes above after may be waiting.
+func (s State) Pending(after int64) bool { return s.Head > max(after, s.Floor) }
+
+const shardCount = 64
+
+// DefaultMax is the default bound on the devices a Cache remembers.
+const DefaultMax = 200_000
+
+// Cache is safe for concurrent use. The zero value is not; call New.
+type Cache struct {
+	seed     maphash.Seed
+	gen      atomic.Uint64 // bumped by Lost: entries of older generations are stale
+	perShard int
+	shards   [shardCount]shard
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[wake.Key]*entry
+}
+
+type entry struct {
+	State
+	gen    uint64
+	filled bool // State came from the store; until then only news is kept
+}
+
+var _ wake.Observer = (*Cache)(nil)
+
+// New returns an empty cache that remembers about max devices (0:
+// DefaultMax); past that it forgets some, which only costs them a read.
+func New(max int) *Cache {
+	if max <= 0 {
+		max = DefaultMax
+	}
+	c := &Cache{seed: maphash.MakeSeed(), perShard: (max + shardCount - 1) / shardCount}
+	for i := range c.shards {
+		c.shards[i].m = make(map[wake.Key]*entry)
+	}
+	return c
+}
+
+func (c *Cache) shard(k wake.Key) *shard {
+	x := maphash.String(c.seed, k.Household)*0x9e3779b97f4a7c15 + maphash.String(c.seed, k.Device)
+	return &c.shards[x&(shardCount-1)]
+}
+
+// Get returns what is known of k, if it was read from the store in the
+// current generation.
+func (c *Cache) Get(k wake.Key) (State, bool) {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	if e == nil || !e.filled || e.gen != c.gen.Load() {
+		return State{}, false
+	}
+	return e.State, true
+}
+
+// Ticket marks a store read in flight; see Begin.
+type Ticket struct {
+	e   *entry
+	gen uint64
+}
+
+// Begin is called before reading k's state from the store; news that
+// arrives meanwhile is kept and merged by Fill.
+func (c *Cache) Begin(k wake.Key) Ticket {
+	gen := c.gen.Load()
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	if e == nil || e.gen != gen {
+		c.evict(s)
+		e = &entry{gen: gen}
+		s.m[k] = e
+	}
+	return Ticket{e: e, gen: gen}
+}
+
+// Fill merges a store read begun with t and returns what is now known. If
+// the entry was replaced or went stale since Begin, nothing is kept and
+// the read is returned as it is: it is still the truth as of its snapshot.
+func (c *Cache) Fill(k wake.Key, t Ticket, st State) State {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	if e != t.e || e.gen != t.gen || c.gen.Load() != t.gen {
+		return st
+	}
+	e.Exists = e.Exists || st.Exists // within one life of a device, it only comes into being
+	e.Cursor = max(e.Cursor, st.Cursor)
+	e.Head = max(e.Head, st.Head)
+	e.RemovedAt = later(e.RemovedAt, st.RemovedAt)
+	e.filled = true
+	return e.State
+}
+
+// update changes a filled, current entry; it reports whether there was one.
+func (c *Cache) update(k wake.Key, fn func(e *entry)) bool {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	if e == nil || !e.filled || e.gen != c.gen.Load() {
+		return false
+	}
+	fn(e)
+	return true
+}
+
+// Acked records that k acknowledged up to cursor (never moving it down).
+func (c *Cache) Acked(k wake.Key, cursor int64) {
+	c.update(k, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
+}
+
+// Registered records that k is registered now (a registration does not
+// move its cursor or head).
+func (c *Cache) Registered(k wake.Key) {
+	c.update(k, func(e *entry) { e.Exists = true })
+}
+
+// Empty records that a read found nothing stored above after up to upTo.
+func (c *Cache) Empty(k wake.Key, upTo int64) {
+	c.update(k, func(e *entry) { e.Floor = max(e.Floor, upTo) })
+}
+
+// Touch records that k's activity was recorded at seen, and reports whether
+// it is due: the last record is older than every (or there was none).
+func (c *Cache) Touch(k wake.Key, seen time.Time, every time.Duration) bool {
+	due := true
+	c.update(k, func(e *entry) {
+		if !e.Seen.IsZero() && seen.Sub(e.Seen) < every {
+			due = false
+			return
+		}
+		e.Seen = seen
+	})
+	return due
+}
+
+// Advanced is the hub's news that a send committed for k: its head is now
+// at least head. A device nobody asked about is not remembered (its first
+// use reads the store, which already holds that send); one whose read is in
+// flight keeps the news for Fill.
+func (c *Cache) Advanced(k wake.Key, head int64) {
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.m[k]; e != nil && e.gen == c.gen.Load() {
+		e.Head = max(e.Head, head)
+		e.Exists = true // only a registered device is sent to
+	}
+}
+
+// Removed is the hub's news that k was removed at at: it no longer exists,
+// and a registration after this starts again from seq 1. The entry is
+// replaced, so that a read begun before the removal is not merged into it.
+func (c *Cache) Removed(k wake.Key, at time.Time) {
+	gen := c.gen.Load()
+	s := c.shard(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.m[k]
+	e := &entry{gen: gen, filled: true, State: State{RemovedAt: at}}
+	if old != nil && old.gen == gen {
+		e.RemovedAt = later(old.RemovedAt, at)
+	}
+	if old == nil {
+		c.evict(s)
+	}
+	s.m[k] = e
+}
+
+// Lost is the hub's news that news may have been missed: everything known
+// is stale, and reads in flight are not kept.
+func (c *Cache) Lost() { c.gen.Add(1) }
+
+// Len is the number of devices remembered, stale ones included.
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// evict makes room in a full shard (the caller holds its lock): stale
+// entries go first, then about a quarter of the rest, in the map's own
+// random order. A forgotten device only costs one read at its next use.
+func (c *Cache) evict(s *shard) {
+	if len(s.m) < c.perShard {
+		return
+	}
+	gen := c.gen.Load()
+	for k, e := range s.m {
+		if e.gen != gen {
+			delete(s.m, k)
+		}
+	}
+	drop := len(s.m) - c.perShard*3/4
+	for k := range s.m {
+		if drop <= 0 {
+			break
+		}
+		delete(s.m, k)
+		drop--
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,156 @@
+package position
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/wake"
+)
+
+var k = wake.Key{Household: "home", Device: "phone"}
+
+func filled(t *testing.T, c *Cache, k wake.Key, st State) State {
+	t.Helper()
+	return c.Fill(k, c.Begin(k), st)
+}
+
+// TestNewsDuringARead: a wake that arrives while the store is read is kept
+// and merged, so a read that started before the send cannot leave an old
+// head behind. With Advanced ignoring entries not yet filled, this goes
+// red (tried): the head stays at the store's 4 and a poll would park on an
+// envelope that is waiting.
+func TestNewsDuringARead(t *testing.T) {
+	c := New(0)
+	ticket := c.Begin(k)
+	c.Advanced(k, 5) // a send committed after the store read's snapshot
+	got := c.Fill(k, ticket, State{Exists: true, Cursor: 2, Head: 4})
+	if got.Head != 5 || got.Cursor != 2 || !got.Exists {
+		t.Fatalf("Fill = %+v, want head 5 from the news", got)
+	}
+	if st, ok := c.Get(k); !ok || st.Head != 5 {
+		t.Fatalf("Get = %+v, %v", st, ok)
+	}
+}
+
+// TestRemovalDuringARead: a read begun before a removal is not merged into
+// what the removal left: the device is gone, with its removal time, and
+// its next life starts from zero.
+func TestRemovalDuringARead(t *testing.T) {
+	c := New(0)
+	at := time.Unix(1_800_000_000, 0)
+	ticket := c.Begin(k)
+	c.Removed(k, at)
+	got := c.Fill(k, ticket, State{Exists: true, Cursor: 7, Head: 9})
+	if got.Head != 9 {
+		t.Fatalf("Fill returns the read as it was: %+v", got)
+	}
+	st, ok := c.Get(k)
+	if !ok || st.Exists || st.Head != 0 || st.Cursor != 0 || !st.RemovedAt.Equal(at) {
+		t.Fatalf("after the removal Get = %+v, %v; want the removal, nothing else", st, ok)
+	}
+	c.Registered(k)
+	c.Advanced(k, 1)
+	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || !st.RemovedAt.Equal(at) {
+		t.Fatalf("the next life = %+v", st)
+	}
+}
+
+// TestLost: news lost makes everything known stale, and a read in flight
+// is not kept.
+func TestLost(t *testing.T) {
+	c := New(0)
+	other := wake.Key{Household: "home", Device: "laptop"}
+	filled(t, c, other, State{Exists: true, Head: 3})
+	ticket := c.Begin(k)
+	c.Lost()
+	c.Fill(k, ticket, State{Exists: true, Head: 4})
+	if _, ok := c.Get(k); ok {
+		t.Fatal("a read begun before Lost was kept")
+	}
+	if _, ok := c.Get(other); ok {
+		t.Fatal("a device known before Lost is still trusted")
+	}
+	filled(t, c, other, State{Exists: true, Head: 6})
+	if st, ok := c.Get(other); !ok || st.Head != 6 {
+		t.Fatalf("read again after Lost: %+v, %v", st, ok)
+	}
+}
+
+// TestNewsOfStrangers: a wake for a device nobody asked about is not
+// remembered; its first use reads the store, which holds that send.
+func TestNewsOfStrangers(t *testing.T) {
+	c := New(0)
+	for i := range 1000 {
+		c.Advanced(wake.Key{Household: "h", Device: fmt.Sprint(i)}, 1)
+	}
+	if n := c.Len(); n != 0 {
+		t.Fatalf("%d strangers remembered", n)
+	}
+}
+
+// TestBounded: past its bound the cache forgets, and stays near it.
+func TestBounded(t *testing.T) {
+	c := New(640)
+	for i := range 20_000 {
+		filled(t, c, wake.Key{Household: "h", Device: fmt.Sprint(i)}, State{Exists: true})
+	}
+	if n := c.Len(); n > 640+shardCount {
+		t.Fatalf("%d devices remembered, bound 640", n)
+	}
+}
+
+// TestAckedAndTouched: acks move the cursor up only; activity is due once
+// per interval.
+func TestAckedAndTouched(t *testing.T) {
+	c := New(0)
+	filled(t, c, k, State{Exists: true, Cursor: 2, Head: 9})
+	c.Acked(k, 5)
+	c.Acked(k, 3)
+	if st, _ := c.Get(k); st.Cursor != 5 {
+		t.Fatalf("cursor = %d, want 5", st.Cursor)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	if !c.Touch(k, now, time.Minute) || c.Touch(k, now.Add(time.Second), time.Minute) || !c.Touch(k, now.Add(time.Minute), time.Minute) {
+		t.Fatal("activity not due exactly once a minute")
+	}
+	c.Empty(k, 9)
+	if st, _ := c.Get(k); st.Pending(5) {
+		t.Fatal("pending after a read found nothing up to the head")
+	}
+	c.Advanced(k, 10)
+	if st, _ := c.Get(k); !st.Pending(5) {
+		t.Fatal("not pending after the head moved past the floor")
+	}
+}
+
+// TestConcurrentNews: reads and news for the same devices at once; in the
+// end every device's head is the highest news it had.
+func TestConcurrentNews(t *testing.T) {
+	c := New(0)
+	keys := make([]wake.Key, 50)
+	for i := range keys {
+		keys[i] = wake.Key{Household: "h", Device: fmt.Sprint(i)}
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				key := keys[(i+w)%len(keys)]
+				if w%2 == 0 {
+					c.Fill(key, c.Begin(key), State{Exists: true, Head: int64(i % 7)})
+				} else {
+					c.Advanced(key, int64(i))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, key := range keys {
+		c.Advanced(key, 1<<40)
+		if st, ok := c.Get(key); !ok || st.Head != 1<<40 {
+			t.Fatalf("%v: %+v, %v", key, st, ok)
+		}
+	}
+}

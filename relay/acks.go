@@ -1,0 +1,174 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/wake"
+)
+
+// acks takes acknowledgements and activity off the request path: a poll or
+// an ack records them here and answers; a background loop writes what
+// gathered in one store call per batch, at least every interval, and once
+// more at shutdown.
+//
+// Nothing a poll returns depends on these writes: the relay answers from
+// the cursor the client sent and from its own memory. A crash may lose the
+// last interval's acks (the envelopes are delivered again, and the client's
+// next cursor acknowledges them again) and activity, never an envelope.
+type acks struct {
+	store    store.Store
+	interval time.Duration
+	timeout  time.Duration
+	onDone   func(deleted int64, err error)
+
+	mu      sync.Mutex
+	pending map[wake.Key]store.Ack
+	kick    chan struct{} // a batch grew past ackBatch: write it now
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// ackBatch is the most acks one store call carries.
+const ackBatch = 2000
+
+// newAcks starts the writer; onDone hears the outcome of every batch.
+func newAcks(st store.Store, interval, timeout time.Duration, onDone func(deleted int64, err error)) *acks {
+	a := &acks{
+		store: st, interval: interval, timeout: timeout, onDone: onDone,
+		pending: make(map[wake.Key]store.Ack),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+// add records that k acknowledged up to cursor (a negative cursor records
+// only activity) at seen (zero: no activity to record). removed is k's last
+// removal as the caller knew it: the store skips the ack if k was removed
+// since, so an ack of a device's old life never reaches a new registration
+// of the same name.
+func (a *acks) add(k wake.Key, cursor int64, seen, removed time.Time) {
+	a.mu.Lock()
+	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, RemovedAt: removed})
+	full := len(a.pending) >= ackBatch
+	a.mu.Unlock()
+	if full {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// merge folds n into what is pending for its device; the caller holds mu.
+func (a *acks) merge(n store.Ack) {
+	k := wake.Key{Household: n.Household, Device: n.Device}
+	p, ok := a.pending[k]
+	switch {
+	case !ok || n.RemovedAt.After(p.RemovedAt):
+		a.pending[k] = n // a later life of the device replaces the older one
+	case p.RemovedAt.Equal(n.RemovedAt):
+		p.Cursor = max(p.Cursor, n.Cursor)
+		if n.Seen.After(p.Seen) {
+			p.Seen = n.Seen
+		}
+		a.pending[k] = p
+	}
+}
+
+func (a *acks) run() {
+	defer close(a.done)
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-a.kick:
+		case <-a.stop:
+			a.flush()
+			return
+		}
+		a.flush()
+	}
+}
+
+// flush writes what is pending, a batch at a time. A batch the store
+// refuses goes back to wait for the next round, merged with what came
+// meanwhile.
+func (a *acks) flush() {
+	for {
+		a.mu.Lock()
+		if len(a.pending) == 0 {
+			a.mu.Unlock()
+			return
+		}
+		batch := make([]store.Ack, 0, min(len(a.pending), ackBatch))
+		for k, p := range a.pending {
+			batch = append(batch, p)
+			delete(a.pending, k)
+			if len(batch) == ackBatch {
+				break
+			}
+		}
+		a.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+		deleted, err := a.store.AckMany(ctx, batch)
+		cancel()
+		a.onDone(deleted, err)
+		if err != nil {
+			// Back in line for the next round, without a kick: a
+			// failing store is not retried in a loop.
+			a.mu.Lock()
+			for _, p := range batch {
+				a.merge(p)
+			}
+			a.mu.Unlock()
+			return
+		}
+	}
+}
+
+// flushHousehold writes now what is pending for household's devices, and
+// reports whether there was anything and it was written.
+func (a *acks) flushHousehold(ctx context.Context, household string) bool {
+	a.mu.Lock()
+	var batch []store.Ack
+	for k, p := range a.pending {
+		if k.Household == household && p.Cursor >= 0 {
+			batch = append(batch, p)
+			delete(a.pending, k)
+		}
+	}
+	a.mu.Unlock()
+	if len(batch) == 0 {
+		return false
+	}
+	deleted, err := a.store.AckMany(ctx, batch)
+	a.onDone(deleted, err)
+	if err != nil {
+		a.mu.Lock()
+		for _, p := range batch {
+			a.merge(p)
+		}
+		a.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// close writes what is pending and stops the loop.
+func (a *acks) close() {
+	select {
+	case <-a.stop:
+	default:
+		close(a.stop)
+	}
+	<-a.done
+}
