@@ -18,7 +18,9 @@ import (
 const codeDeadlock = "40P01"
 
 // classify wraps a driver error for the caller: anything that means "the
-// database cannot answer right now" becomes store.ErrUnavailable (keeping
+// database cannot answer right now" (unreachable, busy, locked, read-only,
+// not set up) becomes store.ErrUnavailable, so the client is told to come
+// back (503 with Retry-After) rather than that the relay failed (keeping
 // the cause, so errors.Is also finds context errors and errors.As finds the
 // *pgconn.PgError), everything else is wrapped as it is.
 func classify(op string, err error) error {
@@ -46,7 +48,18 @@ func unavailable(err error) bool {
 			pgErr.Code == "57014", // query_canceled: our ctx ended, or statement_timeout
 			pgErr.Code == "53300", // too_many_connections
 			pgErr.Code == "53000", // insufficient_resources
-			pgErr.Code == "25P03": // idle_in_transaction_session_timeout
+			pgErr.Code == "25P03", // idle_in_transaction_session_timeout
+			pgErr.Code == "55P03", // lock_not_available: lock_timeout, someone holds the row
+			pgErr.Code == "40001", // serialization_failure
+			pgErr.Code == codeDeadlock,
+			pgErr.Code == "25006", // read_only_sql_transaction: a standby after failover
+			pgErr.Code == "42P01", // undefined_table: a database recreated empty
+			pgErr.Code == "42883", // undefined_function: the same
+			pgErr.Code == "3F000", // invalid_schema_name: the same
+			pgErr.Code == "3D000", // invalid_catalog_name: the database is gone
+			pgErr.Code == "57P04", // database_dropped
+			pgErr.Code == "53100", // disk_full
+			pgErr.Code == "53200": // out_of_memory
 			return true
 		}
 		return false

@@ -6,8 +6,11 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,9 +33,26 @@ const PingTimeout = time.Second
 // keep waiting, and keep the locks it already holds, after we gave up.
 const cancelGrace = 250 * time.Millisecond
 
-// idleInTxTimeout ends a session that sits in an open transaction, so a
-// relay that freezes mid-send cannot hold its recipients' rows for long.
-const idleInTxTimeout = "30s"
+// Session settings that keep one stuck party from spreading its stall:
+//
+//   - idle_in_transaction_session_timeout ends a session that sits in an
+//     open transaction, so a relay that freezes mid-transaction cannot hold
+//     rows for long (a send is one statement in autocommit, and holds
+//     nothing between statements);
+//   - lock_timeout (Config.LockTimeout) makes a statement that waits on a
+//     row lock give up soon, so that whoever holds a device's row (a frozen
+//     replica, a client of the database) costs sends to that device a quick
+//     503, not every pooled connection for the whole store timeout;
+//   - the TCP keepalives and client_connection_check_interval let the
+//     server notice a relay host that hung or was cut off, and end its
+//     sessions and their locks, instead of waiting for the kernel's hours.
+const idleInTxTimeout = "5s"
+
+// DefaultLockTimeout is Config.LockTimeout's default.
+const DefaultLockTimeout = time.Second
+
+// keepAlive is how the relay's side probes a silent connection.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
 
 // Config says where the database is and how many connections to use.
 type Config struct {
@@ -44,7 +64,10 @@ type Config struct {
 	// Schema, when set, is created if missing, becomes every connection's
 	// search_path and holds the relay's tables.
 	Schema string
-	Logger *slog.Logger
+	// LockTimeout bounds a statement's wait for a row lock; zero means
+	// DefaultLockTimeout.
+	LockTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // DB is a store.Store on a Postgres connection pool.
@@ -80,15 +103,33 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if cfg.Schema != "" {
 		params["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
-	if _, ok := params["idle_in_transaction_session_timeout"]; !ok {
-		params["idle_in_transaction_session_timeout"] = idleInTxTimeout
+	lockTimeout := cfg.LockTimeout
+	if lockTimeout <= 0 {
+		lockTimeout = DefaultLockTimeout
 	}
+	for k, v := range map[string]string{
+		"idle_in_transaction_session_timeout": idleInTxTimeout,
+		"lock_timeout":                        strconv.FormatInt(lockTimeout.Milliseconds(), 10),
+		"tcp_keepalives_idle":                 "10",
+		"tcp_keepalives_interval":             "5",
+		"tcp_keepalives_count":                "3",
+		"client_connection_check_interval":    "5000",
+	} {
+		if _, ok := params[k]; !ok { // the URL's own settings win
+			params[k] = v
+		}
+	}
+	pc.ConnConfig.DialFunc = (&net.Dialer{KeepAliveConfig: keepAlive}).DialContext
 	probe := pc.ConnConfig.Copy()
 	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
 	}
 
-	mc, err := pgx.ConnectConfig(ctx, pc.ConnConfig.Copy())
+	// Migrations wait for each other on an advisory lock, for as long as
+	// the one ahead takes: no lock timeout there.
+	mcc := pc.ConnConfig.Copy()
+	mcc.RuntimeParams["lock_timeout"] = "0"
+	mc, err := pgx.ConnectConfig(ctx, mcc)
 	if err != nil {
 		return nil, classify("connect", err)
 	}
@@ -157,14 +198,27 @@ func (db *DB) probeOnce(ctx context.Context) error {
 		}
 		db.probeConn = conn
 	}
-	var one int
-	if err := db.probeConn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+	var writable, schema bool
+	if err := db.probeConn.QueryRow(ctx, sqlProbe).Scan(&writable, &schema); err != nil {
 		_ = db.probeConn.Close(context.WithoutCancel(ctx))
 		db.probeConn = nil
 		return classify("ping", err)
 	}
+	switch {
+	case !writable:
+		return fmt.Errorf("postgres: ping: the database is read-only (a standby, or read-only by setting): %w", store.ErrUnavailable)
+	case !schema:
+		return fmt.Errorf("postgres: ping: the relay's tables are missing (a database recreated empty?): %w", store.ErrUnavailable)
+	}
 	return nil
 }
+
+// sqlProbe asks whether the database can take the relay's writes: not a
+// standby, not read-only, and its tables and functions in place. A
+// database that answers but cannot do that is not ready.
+const sqlProbe = `
+SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off',
+       to_regclass('envelopes') IS NOT NULL AND to_regproc('relay_send') IS NOT NULL`
 
 // micro truncates t to what timestamptz keeps, in UTC, so a value read back
 // equals the one written.

@@ -231,7 +231,9 @@ func ConcurrentAcks(t *testing.T, s store.Store) {
 	// stored, and the counters must say so.
 	var final []store.Ack
 	for _, d := range all {
-		final = append(final, store.Ack{Household: d.household, Device: d.name, Cursor: math.MaxInt64})
+		// Knowing of every removal so far, so that the ack is this life's.
+		removed := state(t, s, d.household, d.name).RemovedAt
+		final = append(final, store.Ack{Household: d.household, Device: d.name, Cursor: math.MaxInt64, RemovedAt: removed})
 	}
 	ackMany(t, s, final...)
 	for _, d := range all {
