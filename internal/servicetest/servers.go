@@ -187,6 +187,9 @@ func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes-"+port+".conf"),
 			"--cluster-node-timeout", "1000",
+			// A replica may take over however long its link was down:
+			// the test's data is not worth a cluster without a master.
+			"--cluster-replica-validity-factor", "0",
 			"--dir", dir,
 		}}
 		s.Start()
@@ -202,7 +205,27 @@ func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 		tb.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	c.WaitOK(tb, 30*time.Second)
+	c.waitReplicas(tb, 30*time.Second)
 	return c
+}
+
+// waitReplicas waits until every replica's link to its master is up, so
+// that a test may fail a master over at once.
+func (c *RedisCluster) waitReplicas(tb testing.TB, d time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for _, s := range c.Nodes {
+		for {
+			info, err := exec.Command("redis-cli", "-p", s.port, "info", "replication").Output()
+			if err == nil && (strings.Contains(string(info), "role:master") || strings.Contains(string(info), "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redis cluster node %s: replication link not up after %v", s.Addr(), d)
+			}
+			time.Sleep(50 * time.Millisecond) // bounded poll of INFO replication
+		}
+	}
 }
 
 // clusterPort is a free loopback port whose cluster bus port (+10000) is
@@ -280,4 +303,44 @@ func (c *RedisCluster) WaitOK(tb testing.TB, d time.Duration) {
 		}
 		time.Sleep(50 * time.Millisecond) // bounded poll of CLUSTER INFO
 	}
+}
+
+// WaitFailover waits until the other nodes agree that the node at dead has
+// failed and every slot is served again (by a promoted replica).
+func (c *RedisCluster) WaitFailover(tb testing.TB, dead string, d time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		done := true
+		for _, s := range c.Nodes {
+			if s.Addr() == dead {
+				continue
+			}
+			nodes, err1 := exec.Command("redis-cli", "-p", s.port, "cluster", "nodes").Output()
+			info, err2 := exec.Command("redis-cli", "-p", s.port, "cluster", "info").Output()
+			if err1 != nil || err2 != nil || !strings.Contains(string(info), "cluster_state:ok") || !failedIn(string(nodes), dead) {
+				done = false
+				break
+			}
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis cluster: no failover of %s after %v", dead, d)
+		}
+		time.Sleep(50 * time.Millisecond) // bounded poll of CLUSTER NODES
+	}
+}
+
+// failedIn reports whether CLUSTER NODES output marks addr as failed
+// ("fail", not the unconfirmed "fail?") and serving no slots.
+func failedIn(nodes, addr string) bool {
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && strings.HasPrefix(f[1], addr+"@") {
+			return strings.Contains(","+f[2]+",", ",fail,") && len(f) == 8
+		}
+	}
+	return false
 }

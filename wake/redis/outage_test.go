@@ -107,14 +107,12 @@ func (s *stream) holdPolls(t *testing.T, h wake.Hub) {
 }
 
 // messagePathWorks: a wake sent through a now reaches b's observer by a
-// message (a round never sets a head) within d.
+// message (a round never sets a head) within d. It takes d when it fails.
 func messagePathWorks(a, b *process, k wake.Key, head int64, d time.Duration) bool {
-	if err := a.hub.Signal(context.Background(), wakes(head, k)); err != nil {
-		return false
-	}
 	deadline := time.Now().Add(d)
+	sent := a.hub.Signal(context.Background(), wakes(head, k)) == nil
 	for time.Now().Before(deadline) {
-		if b.obs.head(k) >= head {
+		if sent && b.obs.head(k) >= head {
 			return true
 		}
 		time.Sleep(5 * time.Millisecond) // bounded poll of the observer
@@ -197,16 +195,23 @@ func TestSubscriberKilled(t *testing.T) {
 		n, err := admin.Do(ctx, "client", "kill", "type", "pubsub").Int()
 		cancel()
 		if err != nil || n < 2 {
-			t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want both hubs' subscribers", n, err)
+			l, _ := admin.ClientList(context.Background()).Result()
+			t.Fatalf("iteration %d: CLIENT KILL TYPE pubsub = %d, %v; want both hubs' subscribers\n%s", i, n, err, l)
 		}
 		_ = a.hub.Signal(context.Background(), wakes(1, k))
 		if err := receive(t, got, wredis.DefaultFallbackInterval+time.Second, "poll after the subscriber was cut"); err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-		eventually(t, 5*time.Second, "healthy again", func() bool { return b.hub.Health() == nil && a.hub.Health() == nil })
-	}
-	if n := b.counter(t, "fn_redis_subscriber_reconnects_total"); n < 5 {
-		t.Fatalf("%v subscriber reconnects, want 5", n)
+		// Healthy on a new session: a hub that has not yet noticed the
+		// kill is healthy on its old one.
+		eventually(t, 5*time.Second, "subscribed again", func() bool {
+			for _, p := range []*process{a, b} {
+				if p.counter(t, "fn_redis_subscriber_reconnects_total") < float64(i+1) || p.hub.Health() != nil {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	if !messagePathWorks(a, b, dev(99), 1, 2*time.Second) {
 		t.Fatal("no wake by message after the reconnects")
@@ -273,17 +278,19 @@ func TestRedisPaused(t *testing.T) {
 	if n := a.counter(t, "fn_redis_breaker_skips_total"); n < 10 {
 		t.Fatalf("%v breaker skips counted, want 10", n)
 	}
-	if n := b.counter(t, "fn_redis_fallback_rounds_total", "unhealthy"); n < 2 {
-		t.Fatalf("%v fallback rounds during the pause, want 2 or more", n)
-	}
+	// A few seconds of pause: three rounds, one each FallbackInterval.
+	eventually(t, 5*time.Second, "three fallback rounds", func() bool {
+		return b.counter(t, "fn_redis_fallback_rounds_total", "unhealthy") >= 3
+	})
+	t.Logf("resuming Redis after %v", time.Since(paused))
 
 	srv.Resume()
 	took = awaitMessages(t, a, b, time.Now(), 10*time.Second)
 	t.Logf("wakes by message again %v after SIGCONT", took)
 	eventually(t, 5*time.Second, "both healthy", func() bool { return a.hub.Health() == nil && b.hub.Health() == nil })
-	if n := b.counter(t, "fn_redis_fallback_rounds_total", "recovered"); n < 1 {
-		t.Fatal("no recovery round")
-	}
+	eventually(t, time.Second, "a recovery round", func() bool {
+		return b.counter(t, "fn_redis_fallback_rounds_total", "recovered") >= 1
+	})
 }
 
 // New refuses settings Redis says are wrong, with an error that says so,
@@ -296,7 +303,6 @@ func TestStartChecks(t *testing.T) {
 	}{
 		{"wrong password", "redis://:wrong@" + secured.Addr() + "/0", "WRONGPASS"},
 		{"no password", "redis://" + secured.Addr() + "/0", "NOAUTH"},
-		{"password the server does not want", "redis://:secret@" + open.Addr() + "/0", "AUTH"},
 		{"database out of range", "redis://" + open.Addr() + "/99", "DB index is out of range"},
 		{"host that does not resolve", "redis://no-such-host.invalid:6379/0", "no-such-host.invalid"},
 	}
@@ -346,9 +352,9 @@ func TestStartWhileRedisDown(t *testing.T) {
 	if !messagePathWorks(a, b, dev(5), 1, 2*time.Second) {
 		t.Fatal("no wake by message after Redis came up")
 	}
-	if n := b.counter(t, "fn_redis_fallback_rounds_total", "recovered"); n != 1 {
-		t.Fatalf("%v recovery rounds, want 1", n)
-	}
+	eventually(t, time.Second, "one recovery round", func() bool {
+		return b.counter(t, "fn_redis_fallback_rounds_total", "recovered") == 1
+	})
 }
 
 // A relay whose publishes failed tells the others once it can, and they
