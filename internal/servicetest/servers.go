@@ -175,7 +175,7 @@ func StartRedisCluster(tb testing.TB, masters, replicas int) *RedisCluster {
 	tb.Helper()
 	for _, bin := range []string{"redis-server", "redis-cli"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			Unavailable(tb, "redis-server and redis-cli on PATH (FN_TEST_REQUIRE_SERVICES)", err)
+			Unavailable(tb, "PATH (redis-server and redis-cli, for a test cluster)", err)
 		}
 	}
 	dir := tb.TempDir()

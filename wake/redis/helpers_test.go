@@ -21,11 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// A ClusterClient's lazy slot-map reload sleeps out a 200 ms
-		// cool-down after the client is closed.
-		goleak.IgnoreTopFunction("time.Sleep"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 var unique atomic.Int64

@@ -617,8 +617,9 @@ func (h *Hub) subscribeLoop(ctx context.Context) {
 			return
 		}
 		if !h.ready.Load() && fatal(err) {
+			// New gives up and closes the hub; until it does (or if it
+			// has just stopped waiting), keep trying.
 			h.firstOnce.Do(func() { h.first <- err })
-			return
 		}
 		h.log.Debug("redis subscriber session ended", "err", err, "retry_in", backoff)
 		select {
@@ -737,6 +738,12 @@ func (h *Hub) receive(ctx context.Context, s *session, g *group) error {
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
 				if !g.pending[m.Channel] {
+					// go-redis subscribed again by itself (it replaces a
+					// connection it finds unusable): messages of the gap
+					// may be lost.
+					if s.confirmedAt.Load() != 0 {
+						h.requestRound(roundResubscribed, h.stamp())
+					}
 					continue
 				}
 				delete(g.pending, m.Channel)
