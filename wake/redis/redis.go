@@ -230,7 +230,7 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 	down := client.Ping(ctx).Err()
 	if down != nil && fatal(down) {
 		h.cancel()
-		return nil, fmt.Errorf("wake: redis refused the settings: %w", down)
+		return nil, fmt.Errorf("wake: redis: bad settings: %w", down)
 	}
 	if down != nil {
 		h.publishFailed(down) // the breaker starts open
