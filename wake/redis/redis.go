@@ -165,8 +165,9 @@ type Hub struct {
 
 	sess atomic.Pointer[session] // nil while no subscriber session
 
-	// pubErrAt is the stamp of the last failed publish (0: none). The
-	// breaker is open until a heartbeat sent after it is heard back.
+	// pubErrAt is the stamp of the last failed publish while the breaker
+	// is open (0: closed). It closes when a heartbeat sent after that
+	// failure is heard back.
 	pubErrAt atomic.Int64
 	pubErr   atomic.Pointer[error]
 	// owesLost: a publish failed or was skipped since the last "lost"
@@ -384,15 +385,9 @@ func (h *Hub) publishFailed(err error) {
 	h.m.publishErrors.Inc()
 }
 
-// breakerOpen: a publish failed and no heartbeat sent since has come back.
-func (h *Hub) breakerOpen() bool {
-	at := h.pubErrAt.Load()
-	if at == 0 {
-		return false
-	}
-	s := h.sess.Load()
-	return s == nil || s.heard() <= at
-}
+// breakerOpen: a publish failed and no heartbeat sent since has come back
+// (on every subscriber connection).
+func (h *Hub) breakerOpen() bool { return h.pubErrAt.Load() != 0 }
 
 // Degrade makes the hub run fallback rounds, as if unhealthy, until until:
 // for when the relay learns elsewhere that wakes are being lost. Publishing
@@ -754,7 +749,7 @@ func (h *Hub) receive(ctx context.Context, s *session, g *group) error {
 				return fmt.Errorf("wake: redis dropped the subscription to %s", m.Channel)
 			}
 		case *goredis.Message:
-			h.handle(g, m.Payload)
+			h.handle(s, g, m.Payload)
 		}
 	}
 }
@@ -771,7 +766,7 @@ func (h *Hub) confirmed(s *session) {
 }
 
 // handle acts on one message: the observer first, then the waiter.
-func (h *Hub) handle(g *group, payload string) {
+func (h *Hub) handle(s *session, g *group, payload string) {
 	m, err := parse(payload)
 	if err != nil {
 		return
@@ -780,6 +775,12 @@ func (h *Hub) handle(g *group, payload string) {
 		if m.kind == kindBeat {
 			if v, err := m.nextInt(); err == nil {
 				g.heard.Store(v)
+				// Every connection heard a heartbeat sent after the last
+				// failure: the breaker closes, and stays closed through
+				// later sessions until the next failure.
+				if at := h.pubErrAt.Load(); at != 0 && s.heard() > at {
+					h.pubErrAt.CompareAndSwap(at, 0)
+				}
 			}
 		}
 		return // our own wakes were applied locally before publishing
