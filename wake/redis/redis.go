@@ -440,11 +440,11 @@ func (h *Hub) Close() error {
 // missed. The observer forgets first, so a woken poll finds nothing stale.
 func (h *Hub) round(reason string) {
 	h.lastRound.Store(h.stamp())
+	h.m.rounds.WithLabelValues(reason).Inc() // counted before anyone wakes
 	if h.obs != nil {
 		h.obs.Lost()
 	}
 	h.local.NotifyAll()
-	h.m.rounds.WithLabelValues(reason).Inc()
 }
 
 // requestRound asks the monitor for a round at or after the stamp at.
