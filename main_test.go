@@ -342,11 +342,35 @@ func TestTwoReplicas(t *testing.T) {
 	})
 	a := start(t, k.vars)
 	b := start(t, k.vars)
+	crossWakes(t, k, a, b)
+	waitMetric(t, b, "fn_redis_healthy", 1)
+	waitMetric(t, b, "fn_redis_subscriber_connections", 1)
+	if n := b.metric(t, "fn_redis_wakeups_received_total"); n < 5 {
+		t.Fatalf("fn_redis_wakeups_received_total = %v, want 5", n)
+	}
+	b.documented(t)
+	for _, p := range []*process{a, b} {
+		if err, _ := p.stop(t); err != nil {
+			t.Fatalf("replica exit: %v", err)
+		}
+	}
+}
+
+// crossWakes sends five envelopes through a to a poll held on b; each must
+// wake the poll within a second of the send.
+func crossWakes(t *testing.T, k keyed, a, b *process) {
+	t.Helper()
 	phone, laptop := k.mint(t, "phone"), k.mint(t, "laptop")
 	if code, body := request(t, "POST", "http://"+b.addr+"/v1/register", phone, ""); code != 200 {
 		t.Fatalf("register: %d %s", code, body)
 	}
-	for i := range 5 {
+	_, body := request(t, "GET", "http://"+b.addr+"/v1/poll?wait=0", phone, "")
+	var head struct{ Cursor int }
+	if err := json.Unmarshal(body, &head); err != nil {
+		t.Fatalf("poll: %v %s", err, body)
+	}
+	for n := range 5 {
+		i := head.Cursor + n
 		type result struct {
 			code int
 			body []byte
@@ -375,11 +399,73 @@ func TestTwoReplicas(t *testing.T) {
 			t.Fatal("the poll on the other replica was not woken")
 		}
 	}
-	b.documented(t)
+}
+
+// TestReplicaStartsWithoutRedis: a replica whose Redis is down at start
+// serves anyway (its held polls re-read the store), says so once, and
+// wakes across replicas once Redis is up. go-redis's own "failed to dial"
+// lines do not reach stderr: with the call to wakeredis.RouteLogs removed
+// from serve.go, this went red ("go-redis wrote 2 unstructured dial
+// lines"), which was tried.
+func TestReplicaStartsWithoutRedis(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	rs := servicetest.StartRedis(t)
+	rs.Stop()
+	k := newKeyed(t, map[string]string{
+		"FN_LISTEN":         "127.0.0.1:0",
+		"FN_DATABASE_URL":   dbURL,
+		"FN_RELAY_REPLICAS": "2",
+		"FN_REDIS_URL":      rs.URL(),
+		"FN_METRICS_ADDR":   "127.0.0.1:0",
+	})
+	b := start(t, k.vars)
+	if !strings.Contains(b.logs(), "redis unreachable at start") {
+		t.Fatalf("no warning about Redis at start:\n%s", b.logs())
+	}
+	if code, body := request(t, "GET", "http://"+b.addr+"/ready", "", ""); code != 200 {
+		t.Fatalf("/ready with Redis down: %d %s", code, body)
+	}
+	waitMetric(t, b, "fn_redis_healthy", 0)
+	rs.Start()
+	waitMetric(t, b, "fn_redis_healthy", 1)
+	a := start(t, k.vars)
+	crossWakes(t, k, a, b)
+	if n := strings.Count(b.logs(), "failed to dial"); n > 0 {
+		t.Fatalf("go-redis wrote %d unstructured dial lines:\n%s", n, b.logs())
+	}
 	for _, p := range []*process{a, b} {
 		if err, _ := p.stop(t); err != nil {
 			t.Fatalf("replica exit: %v", err)
 		}
+	}
+}
+
+// TestRedisSettingsStopStart: a Redis that refuses FN_REDIS_URL's
+// password or database stops the relay at start with one line naming
+// the setting.
+func TestRedisSettingsStopStart(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	rs := servicetest.StartRedis(t, "--requirepass", "right")
+	for _, tt := range []struct{ name, url, want string }{
+		{"wrong password", "redis://:wrong@" + rs.Addr() + "/0", "WRONGPASS"},
+		{"no password", "redis://" + rs.Addr() + "/0", "NOAUTH"},
+		{"no such database", "redis://:right@" + rs.Addr() + "/99", "DB index"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := newKeyed(t, map[string]string{
+				"FN_LISTEN":         "127.0.0.1:0",
+				"FN_DATABASE_URL":   dbURL,
+				"FN_RELAY_REPLICAS": "2",
+				"FN_REDIS_URL":      tt.url,
+			})
+			err := run(context.Background(), nil, env(k.vars), io.Discard, io.Discard)
+			if err == nil {
+				t.Fatal("the relay started with a Redis that refuses its settings")
+			}
+			if msg := err.Error(); !strings.Contains(msg, "FN_REDIS_URL") || !strings.Contains(msg, tt.want) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q: want one line naming FN_REDIS_URL and %q", msg, tt.want)
+			}
+		})
 	}
 }
 

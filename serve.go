@@ -87,7 +87,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			st.Close()
 		}
 	}()
-	hub, closeHub, err := openHub(cfg, log, reg)
+	hub, closeHub, err := openHub(ctx, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -223,22 +223,39 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 	return db, nil
 }
 
-// openHub picks the wake hub: in-process for one relay, Redis lists for
-// several.
+// openHub picks the wake hub: in-process for one relay, Redis pub/sub for
+// several. With Redis it refuses to start, with one line, when Redis
+// answers that FN_REDIS_URL's settings are wrong; a Redis that is merely
+// down lets the relay start, its held polls re-reading the store until
+// Redis answers (see wake/redis.New).
 // The returned func releases what the hub holds after the server has shut
 // down (the server closes the hub itself while draining).
-func openHub(cfg relay.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
+func openHub(ctx context.Context, cfg relay.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
 	if cfg.RelayReplicas <= 1 {
 		return local.New(nil), func() error { return nil }, nil
 	}
+	wakeredis.RouteLogs(log.With("component", "redis"))
 	client, err := wakeredis.NewClient(cfg.RedisURL, cfg.RedisPoolSize())
 	if err != nil {
 		return nil, nil, fmt.Errorf("FN_REDIS_URL: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
+	defer cancel()
+	hub, err := wakeredis.New(ctx, client, wakeredis.Config{Logger: log, Registerer: reg})
+	if err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("FN_REDIS_URL: %w", err)
+	}
 	reg.MustRegister(redisPoolCollector{client})
-	hub := wakeredis.New(client, wakeredis.Config{TTL: cfg.MaxWait + 10*time.Second, Logger: log.With("component", "wake")})
-	return hub, client.Close, nil
+	return hub, func() error {
+		_ = hub.Close() // a no-op after the drain; stops it if serve failed before
+		return client.Close()
+	}, nil
 }
+
+// redisStartTimeout bounds the start-up check of Redis and the first
+// subscription.
+const redisStartTimeout = 5 * time.Second
 
 // heldPollCap raises the open-file limit and returns FN_MAX_HELD_POLLS, or
 // when that is unset, what the limit leaves room for. It warns when the
@@ -248,6 +265,8 @@ func heldPollCap(cfg relay.Config, log *slog.Logger) int {
 	if err != nil {
 		log.Warn("could not raise the open-file limit", "err", err)
 	}
+	// A held poll costs its socket, in every mode: with Redis it holds no
+	// connection there.
 	b := fdlimit.Budget{PerPoll: 1, Reserved: cfg.SendInflight + 64}
 	if strings.HasPrefix(cfg.DatabaseURL, "sqlite:") {
 		b.Reserved += 16
@@ -255,7 +274,9 @@ func heldPollCap(cfg relay.Config, log *slog.Logger) int {
 		b.Reserved += cfg.PostgresPoolSize() + 1
 	}
 	if cfg.RelayReplicas > 1 {
-		b.PerPoll = 2 // the socket and the Redis connection its BRPOP holds
+		// The publish pool and the subscriber connections (one per
+		// master with a Cluster; 16 shards reach at most 16 masters).
+		b.Reserved += cfg.RedisPoolSize() + wakeredis.DefaultShards
 	}
 	fits := max(b.HeldPolls(limit), 1)
 	const comfortable = 10000
@@ -273,13 +294,14 @@ func heldPollCap(cfg relay.Config, log *slog.Logger) int {
 	return fits
 }
 
-// redisPoolCollector exports the Redis client's pool.
+// redisPoolCollector exports the Redis client's command pool, which
+// publishes wake-ups (the subscriber connections are outside it).
 type redisPoolCollector struct{ c goredis.UniversalClient }
 
 var (
-	redisTotalDesc    = prometheus.NewDesc("fn_redis_pool_connections", "Redis connections open now.", nil, nil)
-	redisIdleDesc     = prometheus.NewDesc("fn_redis_pool_idle_connections", "Redis connections idle now.", nil, nil)
-	redisTimeoutsDesc = prometheus.NewDesc("fn_redis_pool_timeouts_total", "Waits for a Redis connection that timed out (pool exhausted).", nil, nil)
+	redisTotalDesc    = prometheus.NewDesc("fn_redis_pool_connections", "Redis publish pool connections open now.", nil, nil)
+	redisIdleDesc     = prometheus.NewDesc("fn_redis_pool_idle_connections", "Redis publish pool connections idle now.", nil, nil)
+	redisTimeoutsDesc = prometheus.NewDesc("fn_redis_pool_timeouts_total", "Waits for a Redis publish pool connection that timed out (pool exhausted).", nil, nil)
 )
 
 func (r redisPoolCollector) Describe(ch chan<- *prometheus.Desc) {

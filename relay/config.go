@@ -40,7 +40,7 @@ type Config struct {
 
 	RelayReplicas        int
 	RedisURL             string
-	RedisConnsPerLoop    int // 0: 512 with several replicas, 32 with one; see RedisPoolSize
+	RedisConnsPerLoop    int // the publish pool per GOMAXPROCS; see RedisPoolSize
 	PostgresConnsPerLoop int
 	SendInflight         int
 	SendRate             float64
@@ -165,11 +165,8 @@ var settings = []Setting{
 		return err
 	}},
 	{"FN_REDIS_URL", "", "Redis for wake-ups across replicas: redis://host:6379/0, rediss://, ?cluster=true or ?master_name= for Sentinel", str(func(c *Config) *string { return &c.RedisURL })},
-	{"FN_REDIS_MAX_CONNECTIONS_PER_LOOP", "", "Redis pool per GOMAXPROCS; each held poll holds one while it waits (empty: 512 with several replicas, 32 with one)", func(c *Config, v string) error {
-		if v == "" {
-			return nil
-		}
-		n, err := positive(v, 1<<20)
+	{"FN_REDIS_MAX_CONNECTIONS_PER_LOOP", "2", "Redis publish pool per GOMAXPROCS; held polls hold no Redis connection (each relay adds one subscriber connection, one per master with a Cluster)", func(c *Config, v string) error {
+		n, err := positive(v, 1024)
 		c.RedisConnsPerLoop = int(n)
 		return err
 	}},
@@ -421,17 +418,10 @@ func (c Config) validate() error {
 // A "loop" in the per-loop pool settings is one scheduler thread: a pool of
 // N per loop is N x GOMAXPROCS connections.
 
-// RedisPoolSize is the Redis pool of this process: the held-poll ceiling
-// with several replicas, where each held poll waits on its own connection.
+// RedisPoolSize is the Redis command pool of this process, which
+// publishes wake-ups after commits. A held poll holds no Redis connection.
 func (c Config) RedisPoolSize() int {
-	n := c.RedisConnsPerLoop
-	if n == 0 {
-		n = 32
-		if c.RelayReplicas > 1 {
-			n = 512
-		}
-	}
-	return n * runtime.GOMAXPROCS(0)
+	return c.RedisConnsPerLoop * runtime.GOMAXPROCS(0)
 }
 
 // PostgresPoolSize is the Postgres pool of this process.

@@ -51,6 +51,9 @@ func New(obs wake.Observer) *Hub {
 // Observe sets the observer.
 func (h *Hub) Observe(o wake.Observer) { h.obs.Store(&o) }
 
+// Observer is the observer set, or nil.
+func (h *Hub) Observer() wake.Observer { return h.observer() }
+
 func (h *Hub) observer() wake.Observer {
 	if o := h.obs.Load(); o != nil {
 		return *o

@@ -10,19 +10,20 @@ import (
 )
 
 // Timeouts NewClient sets when the URL leaves them unset. They are short so
-// that a send never hangs on Redis: a refused or silent Redis fails a
-// Signal within about signalTimeout. ReadTimeout stays above one second
-// because a poll's last sub-second BRPOP is read under it.
+// that nothing waits long on a Redis that is away; Signal has its own,
+// shorter bound (Config.PublishTimeout). The subscriber connection reads
+// without a deadline: the hub's heartbeat judges whether it is alive.
 const (
 	clientDialTimeout  = time.Second
-	clientReadTimeout  = 3 * time.Second
+	clientReadTimeout  = time.Second
 	clientWriteTimeout = time.Second
 	clientPoolTimeout  = time.Second
 )
 
 // NewClient builds the client for New from a URL. poolSize (when > 0)
-// overrides the URL's pool_size; it is the number of connections, per node,
-// and so the held-poll ceiling of this process.
+// overrides the URL's pool_size: the command pool that publishes, per
+// node. Held polls hold no connection; the hub adds one subscriber
+// connection (one per master with a Cluster) outside this pool.
 //
 // URL forms:
 //
@@ -40,8 +41,8 @@ const (
 // pool_timeout, max_retries, client_name, ...); unknown ones are an error.
 // Unset timeouts get short defaults, retries are limited to one, and
 // context deadlines are honoured on I/O (ContextTimeoutEnabled), so Signal's
-// own deadline bounds it. The client connects lazily: a Redis that is down
-// at start makes waits fall back to polling until it comes up.
+// own deadline bounds it. The client connects lazily; New checks the
+// settings against Redis.
 func NewClient(rawURL string, poolSize int) (goredis.UniversalClient, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestNewClientForms(t *testing.T) {
 			name: "one node gets short timeouts and the pool size", url: "redis://127.0.0.1:6379/0", poolSize: 32,
 			check: func(t *testing.T, c goredis.UniversalClient) {
 				o := c.(*goredis.Client).Options()
-				if o.PoolSize != 32 || o.DialTimeout != time.Second || o.ReadTimeout != 3*time.Second ||
+				if o.PoolSize != 32 || o.DialTimeout != time.Second || o.ReadTimeout != time.Second ||
 					o.PoolTimeout != time.Second || o.MaxRetries != 1 || !o.ContextTimeoutEnabled {
 					t.Fatalf("options = pool %d dial %v read %v pool timeout %v retries %d ctx %v",
 						o.PoolSize, o.DialTimeout, o.ReadTimeout, o.PoolTimeout, o.MaxRetries, o.ContextTimeoutEnabled)

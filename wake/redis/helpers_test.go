@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 var unique atomic.Int64
 
 // uniqueName is a name no other test (here or in another process) uses:
-// a key prefix or a Redis client name.
+// a channel prefix or a Redis client name.
 func uniqueName(kind string) string {
 	return fmt.Sprintf("fn-test-%s-%d-%d", kind, time.Now().UnixNano(), unique.Add(1))
 }
@@ -45,16 +47,29 @@ func withClientName(tb testing.TB, raw, name string) string {
 }
 
 // process is one relay process's view of Redis: its own client (named, so
-// its blocked BRPOPs can be counted) and its own hub.
+// its connections can be counted), its hub, the hub's observer and its
+// metrics.
 type process struct {
 	name   string
 	client goredis.UniversalClient
 	hub    *wredis.Hub
+	obs    *recorder
+	reg    *prometheus.Registry
+
+	obsDelay time.Duration // the recorder's delay
 }
 
-// newProcess builds a client on rawURL and a hub with cfg. The hub closes
-// and then the client closes at the end of the test.
+// newProcess builds a client on rawURL and a hub with cfg (its Observer,
+// Logger and Registerer are the test's). The hub closes and then the
+// client closes at the end of the test.
 func newProcess(tb testing.TB, rawURL string, poolSize int, cfg wredis.Config) *process {
+	tb.Helper()
+	p := newClient(tb, rawURL, poolSize)
+	p.start(tb, cfg)
+	return p
+}
+
+func newClient(tb testing.TB, rawURL string, poolSize int) *process {
 	tb.Helper()
 	name := uniqueName("client")
 	client, err := wredis.NewClient(withClientName(tb, rawURL, name), poolSize)
@@ -62,23 +77,66 @@ func newProcess(tb testing.TB, rawURL string, poolSize int, cfg wredis.Config) *
 		tb.Fatalf("NewClient: %v", err)
 	}
 	tb.Cleanup(func() { _ = client.Close() })
+	return &process{name: name, client: client}
+}
+
+// start makes p's hub; it fails the test if New fails.
+func (p *process) start(tb testing.TB, cfg wredis.Config) {
+	tb.Helper()
+	if err := p.tryStart(tb, cfg); err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+}
+
+func (p *process) tryStart(tb testing.TB, cfg wredis.Config) error {
+	tb.Helper()
+	p.obs = newRecorder()
+	p.obs.delay = p.obsDelay
+	p.reg = prometheus.NewRegistry()
+	cfg.Observer, cfg.Registerer = p.obs, p.reg
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(tb)
 	}
-	hub := wredis.New(client, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hub, err := wredis.New(ctx, p.client, cfg)
+	if err != nil {
+		return err
+	}
 	tb.Cleanup(func() { _ = hub.Close() })
-	return &process{name: name, client: client, hub: hub}
+	p.hub = hub
+	return nil
 }
 
-// sharedRedis returns the test Redis URL and a fresh key prefix whose keys
-// are deleted at the end of the test. Nothing else on the server is touched.
+// counter reads one of p's hub's counters (a label value for vectors).
+func (p *process) counter(tb testing.TB, name string, label ...string) float64 {
+	tb.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(label) == 0 || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label[0]) {
+				if m.GetCounter() != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	tb.Fatalf("no series %s%v", name, label)
+	return 0
+}
+
+// sharedRedis returns the test Redis URL and a channel prefix of the
+// test's own, so that hubs of other tests on the server are not heard.
 func sharedRedis(tb testing.TB) (string, string) {
 	tb.Helper()
-	raw := servicetest.RedisURL(tb)
-	prefix := uniqueName("wake") + ":"
-	admin := adminClient(tb, raw)
-	tb.Cleanup(func() { deletePrefix(tb, admin, prefix) })
-	return raw, prefix
+	return servicetest.RedisURL(tb), uniqueName("wake") + ":"
 }
 
 func adminClient(tb testing.TB, raw string) *goredis.Client {
@@ -93,56 +151,43 @@ func adminClient(tb testing.TB, raw string) *goredis.Client {
 	return c
 }
 
-func deletePrefix(tb testing.TB, c *goredis.Client, prefix string) {
+// connections counts the connections named name in CLIENT LIST, and those
+// of them whose last command was cmd (any when cmd is "").
+func connections(tb testing.TB, admin *goredis.Client, name, cmd string) int {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		tb.Fatalf("CLIENT LIST: %v", err)
 	}
-	if err := iter.Err(); err != nil {
-		tb.Logf("scan %s*: %v", prefix, err)
-		return
-	}
-	if len(keys) > 0 {
-		if err := c.Del(ctx, keys...).Err(); err != nil {
-			tb.Logf("delete %s*: %v", prefix, err)
+	n := 0
+	for line := range strings.SplitSeq(list, "\n") {
+		if strings.Contains(line, " name="+name+" ") && (cmd == "" || strings.Contains(line, " cmd="+cmd+" ")) {
+			n++
 		}
 	}
+	return n
 }
 
-// waitBlocked polls CLIENT LIST until at least n connections named name are
-// blocked in BRPOP, so a test knows a Wait has reached Redis.
-func waitBlocked(tb testing.TB, admin *goredis.Client, name string, n int) {
+// connectedClients is INFO clients' connected_clients.
+func connectedClients(tb testing.TB, admin *goredis.Client) int {
 	tb.Helper()
-	if got, err := blockedWithin(admin, name, n, 10*time.Second); got < n {
-		tb.Fatalf("%d of %d BRPOPs of %s blocked after 10s (last error %v)", got, n, name, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := admin.Info(ctx, "clients").Result()
+	if err != nil {
+		tb.Fatalf("INFO clients: %v", err)
 	}
-}
-
-// blockedWithin polls CLIENT LIST for up to d until n connections named
-// name are blocked in BRPOP; it returns the last count seen.
-func blockedWithin(admin *goredis.Client, name string, n int, d time.Duration) (int, error) {
-	deadline := time.Now().Add(d)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		list, err := admin.ClientList(ctx).Result()
-		cancel()
-		got := 0
-		if err == nil {
-			for line := range strings.SplitSeq(list, "\n") {
-				if strings.Contains(line, " name="+name+" ") && strings.Contains(line, " cmd=brpop ") {
-					got++
-				}
-			}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			var n int
+			fmt.Sscan(v, &n)
+			return n
 		}
-		if got >= n || time.Now().After(deadline) {
-			return got, err
-		}
-		time.Sleep(5 * time.Millisecond) // bounded poll of CLIENT LIST
 	}
+	tb.Fatalf("no connected_clients in %q", info)
+	return 0
 }
 
 func subscribe(tb testing.TB, h wake.Hub, k wake.Key) wake.Waiter {
@@ -179,15 +224,20 @@ func receive(tb testing.TB, ch <-chan error, within time.Duration, what string) 
 	}
 }
 
-func signal(tb testing.TB, h wake.Hub, keys ...wake.Key) {
-	tb.Helper()
-	if err := h.Signal(context.Background(), wakes(keys...)); err != nil {
-		tb.Fatalf("Signal: %v", err)
-	}
-}
-
 func dev(i int) wake.Key {
 	return wake.Key{Household: "home", Device: fmt.Sprintf("dev-%d", i)}
+}
+
+// eventually polls cond every few milliseconds for up to d.
+func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll
+	}
 }
 
 // testLogger writes the hub's log lines to the test log.
@@ -202,11 +252,126 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// wakes is a wake for each key, at head 1.
-func wakes(keys ...wake.Key) []wake.Wake {
+// recorder is an Observer that remembers what it heard.
+type recorder struct {
+	// delay is spent in Advanced and Removed before recording, to widen
+	// the window in which a waiter woken too early would find nothing.
+	delay    time.Duration
+	mu       sync.Mutex
+	heads    map[wake.Key]int64
+	removed  map[wake.Key]time.Time
+	advanced map[wake.Key]int // calls per key
+	lost     int
+}
+
+func newRecorder() *recorder {
+	return &recorder{heads: map[wake.Key]int64{}, removed: map[wake.Key]time.Time{}, advanced: map[wake.Key]int{}}
+}
+
+func (r *recorder) Advanced(k wake.Key, head int64) {
+	time.Sleep(r.delay)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heads[k] = max(r.heads[k], head)
+	r.advanced[k]++
+}
+
+func (r *recorder) Removed(k wake.Key, at time.Time) {
+	time.Sleep(r.delay)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed[k] = at
+}
+
+func (r *recorder) Lost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lost++
+}
+
+func (r *recorder) head(k wake.Key) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heads[k]
+}
+
+func (r *recorder) calls(k wake.Key) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.advanced[k]
+}
+
+func (r *recorder) removedAt(k wake.Key) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.removed[k]
+}
+
+func (r *recorder) rounds() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
+// wakes is a wake for each key at head.
+func wakes(head int64, keys ...wake.Key) []wake.Wake {
 	ws := make([]wake.Wake, len(keys))
 	for i, k := range keys {
-		ws[i] = wake.Wake{Key: k, Head: 1}
+		ws[i] = wake.Wake{Key: k, Head: head}
 	}
 	return ws
+}
+
+// publishCounter is a go-redis hook that counts what a client publishes:
+// pipelines, and publish commands by message kind ('W', 'R', 'H', 'L').
+type publishCounter struct {
+	mu        sync.Mutex
+	pipelines map[byte]int // pipelines that carried a message of the kind
+	publishes map[byte]int
+}
+
+func countPublishes(c goredis.UniversalClient) *publishCounter {
+	pc := &publishCounter{pipelines: map[byte]int{}, publishes: map[byte]int{}}
+	c.AddHook(pc)
+	return pc
+}
+
+func (pc *publishCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (pc *publishCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		pc.record([]goredis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (pc *publishCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		pc.record(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (pc *publishCounter) record(cmds []goredis.Cmder) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	kinds := map[byte]bool{}
+	for _, c := range cmds {
+		if n := c.Name(); n != "publish" && n != "spublish" {
+			continue
+		}
+		if b, ok := c.Args()[2].([]byte); ok && len(b) > 0 {
+			pc.publishes[b[0]]++
+			kinds[b[0]] = true
+		}
+	}
+	for k := range kinds {
+		pc.pipelines[k]++
+	}
+}
+
+func (pc *publishCounter) get(kind byte) (pipelines, publishes int) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.pipelines[kind], pc.publishes[kind]
 }

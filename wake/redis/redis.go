@@ -1,31 +1,48 @@
 // Package redis is the wake hub for several relay processes sharing one
 // Redis (FN_RELAY_REPLICAS>1).
 //
-// A send's Signal pushes one item onto each recipient's list
-// (<prefix>{household:device}), trims it to one item and gives it a TTL, in
-// one pipeline. A held poll waits with BRPOP on its device's list, so a wake
-// pushed between the poll's read and its wait is still in the list and the
-// wait returns at once. Registration, supersession and drain are those of
-// wake/local, on each process: one held poll per device per process.
+// Every relay subscribes at start to a fixed set of shard channels
+// (Config.Shards, 16) on one subscriber connection (one per master with a
+// Cluster, where the channels are shard channels: SSUBSCRIBE and
+// SPUBLISH). A device maps to a shard by a hash of its name. After a
+// commit, Signal wakes the local waiters, then publishes one compact
+// message per shard touched, all in one pipeline, from a small command
+// pool. Each relay hands what it hears to an in-process hub (wake/local),
+// which keeps registration, supersession and drain. A held poll holds no
+// Redis connection: the subscriber connections carry every poll of the
+// process.
 //
-// Each waiting poll holds one pooled Redis connection, so the client's pool
-// size is this mode's held-poll ceiling. When Redis fails (down, pool
-// exhausted), a wait sleeps Config.Retry and returns nil, a spurious wake
-// that makes the poll re-read the store: an outage turns held polls into
-// polling and never loses an envelope, because the store, not Redis, holds
-// the envelopes.
+// The invariant: a send committed after a poll's first read wakes that
+// poll, wherever the send was accepted. The poll registers locally before
+// its first read, and the hub is returned only once its subscriptions are
+// confirmed, so a message published after the read reaches the waiter.
+// What Redis may drop (while the subscriber reconnects, while Redis is
+// down or paused, a publish that failed) is covered by fallback rounds:
+// the Observer forgets what it learned and every held poll re-reads the
+// store. A hub runs one while it is unhealthy (every FallbackInterval),
+// once when it recovers and once per new subscriber session; a relay that
+// failed to publish says so on the channels once it can ("lost"), and
+// every other relay runs one round for it.
+//
+// Health is measured, not assumed: the hub publishes a heartbeat to itself
+// every Config.Heartbeat and must hear it back within
+// Config.HeartbeatTimeout, which catches a paused or slow Redis as well as
+// a dropped connection.
 package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flamenet/relay/wake"
@@ -34,398 +51,775 @@ import (
 
 // Defaults for Config's zero fields.
 const (
-	DefaultPrefix = "fn:wake:"
-	// DefaultTTL is a little over the longest poll wait (60 s), so a wake
-	// outlives any poll that could still want it and then goes away.
-	DefaultTTL   = 70 * time.Second
-	DefaultRetry = time.Second
-	DefaultRound = 2 * time.Second
+	DefaultPrefix           = "fn:wake:"
+	DefaultShards           = 16
+	DefaultHeartbeat        = 250 * time.Millisecond
+	DefaultHeartbeatTimeout = time.Second
+	DefaultFallbackInterval = time.Second
+	DefaultPublishTimeout   = 250 * time.Millisecond
 )
 
-// signalTimeout bounds one Signal pipeline (and a wake handed back by an
-// abandoned wait). A send has already committed; it must not hang on Redis.
-const signalTimeout = time.Second
-
-// minRound is the shortest BRPOP worth sending; closer to the poll's
-// deadline the wait just lets the deadline come.
-const minRound = 10 * time.Millisecond
+// Reconnect backoff of the subscriber: short, because while it is away
+// every held poll falls back to re-reading the store.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
 
 // Config tunes a Hub. Zero fields take the defaults above.
 type Config struct {
-	// Prefix starts every key, e.g. "fn:wake:".
+	// Prefix starts every channel name. All relays of a fleet must use the
+	// same Prefix and Shards.
 	Prefix string
-	// TTL is given to a device's list on every Signal.
-	TTL time.Duration
-	// Retry is how long a failed Redis wait sleeps before its spurious wake.
-	Retry time.Duration
-	// Round is the longest single BRPOP, in whole seconds (at least 1 s).
-	// A wait loops rounds until its deadline. A poll that returns early
-	// (hang-up, supersession, drain) leaves its BRPOP to finish its round in
-	// the background, holding its connection for at most Round; Close waits
-	// for those, so it too can take up to Round.
-	Round time.Duration
-	// Observer learns of every wake and removal this process sends or
-	// receives; nil: none.
+	// Shards is the number of shard channels.
+	Shards int
+	// Heartbeat is how often the hub publishes a heartbeat to itself.
+	Heartbeat time.Duration
+	// HeartbeatTimeout is how long after sending it the hub must have
+	// heard its heartbeat back; past it the hub is unhealthy. It is also
+	// the bound of a Redis that is paused or slow rather than gone. A
+	// subscriber that stays silent for three times this long is replaced.
+	HeartbeatTimeout time.Duration
+	// FallbackInterval is how often, while unhealthy, every held poll is
+	// made to re-read the store.
+	FallbackInterval time.Duration
+	// PublishTimeout bounds one Signal or Remove: a send has committed and
+	// must not wait long on Redis.
+	PublishTimeout time.Duration
+	// Observer hears every wake and removal (local and from other relays)
+	// before the waiter is woken or ended, and every fallback round. Nil:
+	// none.
 	Observer wake.Observer
-	// Logger receives outage and recovery lines (once per transition, not
-	// per poll). Nil discards.
+	// Logger receives one line per outage and one per recovery. Nil
+	// discards.
 	Logger *slog.Logger
+	// Registerer gets the hub's metrics (fn_redis_*). Nil: not exported.
+	Registerer prometheus.Registerer
 }
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Shards == 0 {
+		c.Shards = DefaultShards
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.FallbackInterval == 0 {
+		c.FallbackInterval = DefaultFallbackInterval
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	switch {
+	case c.Shards < 1 || c.Shards > 1024:
+		return c, fmt.Errorf("wake: redis: Shards %d: want 1 to 1024", c.Shards)
+	case c.Heartbeat < 0 || c.HeartbeatTimeout <= c.Heartbeat:
+		return c, fmt.Errorf("wake: redis: HeartbeatTimeout (%v) must exceed Heartbeat (%v)", c.HeartbeatTimeout, c.Heartbeat)
+	case c.FallbackInterval < 0 || c.PublishTimeout < 0:
+		return c, errors.New("wake: redis: negative interval")
+	}
+	return c, nil
+}
+
+// ErrBreakerOpen: Redis is known to be failing, so Signal and Remove did
+// not try it. Held polls elsewhere learn of the send by a fallback round.
+var ErrBreakerOpen = errors.New("wake: redis failing; publish skipped")
+
+var (
+	errNotSubscribed = errors.New("wake: redis subscriber not connected")
+	errDegraded      = errors.New("wake: redis wake-ups degraded on request")
+)
 
 // Hub is the Redis wake hub. It does not own the client: the caller closes
 // it after Close.
 type Hub struct {
-	client goredis.UniversalClient
-	local  *local.Hub
-	cfg    Config
-	log    *slog.Logger
+	client   goredis.UniversalClient
+	cluster  *goredis.ClusterClient // nil unless a Cluster: sharded pub/sub
+	local    *local.Hub
+	cfg      Config
+	log      *slog.Logger
+	m        *metrics
+	id       instanceID
+	channels []string
 
-	// ctx ends background BRPOP rounds at Close.
+	// epoch is the base of stamp(), the monotonic clock of heartbeats.
+	epoch time.Time
+
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	// mu orders wg.Add against Close's wg.Wait.
-	mu     sync.RWMutex
-	closed bool
 	wg     sync.WaitGroup
+	closed atomic.Bool
+	ready  atomic.Bool // New has returned: later sessions need a round
 
-	// failing is set by the first failed wait of an outage and cleared by
-	// the first successful BRPOP after it, so each is logged once. At the
-	// pool ceiling waits fail and succeed by turns; lastWarn (unix nanos)
-	// keeps that from logging more than once per warnEvery, and warned
-	// pairs each recovery line with a logged failure.
-	failing  atomic.Bool
-	warned   atomic.Bool
-	lastWarn atomic.Int64
+	// first carries the first session's outcome to New: nil when
+	// confirmed, or an error Redis answered that retrying will not fix.
+	first     chan error
+	firstOnce sync.Once
+
+	sess atomic.Pointer[session] // nil while no subscriber session
+
+	// pubErrAt is the stamp of the last failed publish while the breaker
+	// is open (0: closed). It closes when a heartbeat sent after that
+	// failure is heard back.
+	pubErrAt atomic.Int64
+	pubErr   atomic.Pointer[error]
+	// owesLost: a publish failed or was skipped since the last "lost"
+	// message went out, so other relays may have missed wakes.
+	owesLost atomic.Bool
+
+	degradedUntil atomic.Int64 // unix nanos; 0: not degraded
+
+	// roundAt is when a requested round is due (stamp; 0: none), and
+	// roundWhy its reason. lastRound is the stamp of the last round.
+	roundAt   atomic.Int64
+	roundWhy  atomic.Pointer[string]
+	lastRound atomic.Int64
 }
-
-// warnEvery is the least time between two "redis wait failed" lines.
-const warnEvery = 10 * time.Second
 
 var _ wake.Hub = (*Hub)(nil)
 
-// New returns a hub on client, which may be a single node, a Cluster or a
-// Sentinel-managed client (see NewClient). The client's ReadTimeout should
-// be above one second (or disabled): a BRPOP shorter than a second is sent
-// with it as the read deadline.
-func New(client goredis.UniversalClient, cfg Config) *Hub {
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Retry <= 0 {
-		cfg.Retry = DefaultRetry
-	}
-	// BRPOP with a whole-second timeout gets go-redis's own read deadline
-	// (timeout + 10 s); sub-second rounds are only for a poll's last second.
-	cfg.Round = cfg.Round.Truncate(time.Second)
-	if cfg.Round <= 0 {
-		cfg.Round = DefaultRound
+// New checks the settings against Redis, subscribes to the shard channels
+// and returns the hub once the subscriptions are confirmed, so that no
+// poll can register before wakes reach this process.
+//
+// It returns an error, and no hub, when Redis answers that the settings
+// are wrong (a password, a database, an ACL, a server without sharded
+// pub/sub) or the host name does not resolve. A Redis that does not answer
+// at all, or not before ctx ends, is not an error: the hub starts
+// unhealthy, held polls re-read the store every FallbackInterval, and it
+// subscribes as soon as Redis answers. Redis holds no envelope, so a relay
+// that refused to start without it would turn a Redis outage into a relay
+// outage at the next restart or scale-up.
+//
+// client may be a single node, a Sentinel-managed client or a Cluster
+// (see NewClient).
+func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{
-		client: client,
-		local:  local.New(cfg.Observer),
-		cfg:    cfg,
-		log:    log.With("component", "wake_redis"),
-		ctx:    ctx,
-		cancel: cancel,
+	h := &Hub{
+		client:   client,
+		local:    local.New(cfg.Observer),
+		cfg:      cfg,
+		log:      log.With("component", "wake_redis"),
+		channels: channelNames(cfg.Prefix, cfg.Shards),
+		epoch:    time.Now(),
+		first:    make(chan error, 1),
 	}
+	h.cluster, _ = client.(*goredis.ClusterClient)
+	if _, err := rand.Read(h.id[:]); err != nil {
+		return nil, fmt.Errorf("wake: redis: instance id: %w", err)
+	}
+	if h.m, err = newMetrics(cfg.Registerer, h); err != nil {
+		return nil, fmt.Errorf("wake: redis: metrics: %w", err)
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+
+	down := client.Ping(ctx).Err()
+	if down != nil && fatal(down) {
+		h.cancel()
+		return nil, fmt.Errorf("wake: redis: bad settings: %w", down)
+	}
+	if down != nil {
+		h.publishFailed(down) // the breaker starts open
+	}
+	h.wg.Go(func() { h.subscribeLoop(h.ctx) })
+	h.wg.Go(func() { h.heartbeatLoop(h.ctx) })
+	if down == nil {
+		select {
+		case err := <-h.first:
+			if err != nil {
+				h.Close()
+				return nil, fmt.Errorf("wake: redis refused the subscription: %w", err)
+			}
+		case <-ctx.Done():
+			down = fmt.Errorf("no subscription confirmed: %w", ctx.Err())
+		}
+	}
+	healthy := down == nil
+	if !healthy {
+		h.log.Warn("redis unreachable at start; held polls re-read the store until it answers",
+			"err", down, "fallback_interval", cfg.FallbackInterval)
+	}
+	h.ready.Store(true)
+	h.wg.Go(func() { h.monitor(h.ctx, healthy) })
+	return h, nil
 }
 
-// Key is the Redis list that holds k's wake. The braces are a Redis Cluster
-// hash tag around the whole device identity: one device's commands stay in
-// one slot, and the devices of a household spread over the cluster. Names
-// cannot contain braces or colons (SPEC), so keys cannot collide.
-func (h *Hub) Key(k wake.Key) string {
-	return h.cfg.Prefix + "{" + k.Household + ":" + k.Device + "}"
+// fatal reports whether err says the settings are wrong, rather than that
+// Redis is away for now.
+func fatal(err error) bool {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsNotFound
+	}
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false // refused, reset, timed out: down, not misconfigured
+	}
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK", "READONLY"} {
+		if strings.HasPrefix(rerr.Error(), p) {
+			return false
+		}
+	}
+	return true
 }
+
+// stamp is the hub's monotonic clock in nanoseconds, never 0.
+func (h *Hub) stamp() int64 { return int64(time.Since(h.epoch)) + 1 }
+
+// Channels are the shard channels, in shard order.
+func (h *Hub) Channels() []string { return append([]string(nil), h.channels...) }
+
+// Channel is the shard channel that carries k's wakes.
+func (h *Hub) Channel(k wake.Key) string { return h.channels[shardOf(k, h.cfg.Shards)] }
 
 // Subscribe registers k's one waiter on this process, superseding an older
 // one here. It does no Redis I/O. After Close it returns nil and
 // wake.ErrClosed.
-func (h *Hub) Subscribe(_ context.Context, k wake.Key) (wake.Waiter, error) {
-	lw, err := h.local.SubscribeLocal(k)
-	if err != nil {
-		return nil, err
-	}
-	return &Waiter{hub: h, local: lw, key: h.Key(k)}, nil
+func (h *Hub) Subscribe(ctx context.Context, k wake.Key) (wake.Waiter, error) {
+	return h.local.Subscribe(ctx, k)
 }
 
-// Signal wakes each device's waiter on this process directly, then pushes
-// the wake to Redis for the other processes in one pipeline. The push is
-// not cut short by ctx's cancellation (the envelope is committed; the
-// sender hanging up must not lose the wake) but is bounded in time. An
-// error means only that polls held elsewhere notice late, by their own
-// deadline or the next read.
+// Held reports whether a poll for k is held on this process.
+func (h *Hub) Held(k wake.Key) bool { return h.local.Held(k) }
+
+// Signal tells the observer and wakes the waiters on this process, then
+// publishes one message per shard touched, in one pipeline. The publish is
+// not cut short by ctx's cancellation (the envelopes are committed; the
+// sender hanging up must not lose the wake) but is bounded by
+// PublishTimeout, and skipped at once (ErrBreakerOpen) while Redis is known
+// to be failing. An error means only that polls held elsewhere notice by a
+// fallback round.
 func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
+	_ = h.local.Signal(ctx, wakes) // cannot fail
 	if len(wakes) == 0 {
 		return nil
 	}
-	_ = h.local.Signal(ctx, wakes) // cannot fail
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
-	defer cancel()
-	rkeys := make([]string, len(wakes))
-	for i, w := range wakes {
-		rkeys[i] = h.Key(w.Key)
+	bufs := make([][]byte, h.cfg.Shards)
+	for _, w := range wakes {
+		s := shardOf(w.Key, h.cfg.Shards)
+		if bufs[s] == nil {
+			bufs[s] = header(kindWakes, h.id)
+		}
+		bufs[s] = appendWake(bufs[s], w)
 	}
-	if err := h.push(ctx, rkeys); err != nil {
+	out := make([]outbound, 0, len(wakes))
+	for s, b := range bufs {
+		if b != nil {
+			out = append(out, outbound{h.channels[s], b})
+		}
+	}
+	if err := h.publish(ctx, out); err != nil {
 		return fmt.Errorf("wake: redis signal: %w", err)
 	}
 	return nil
 }
 
-// Remove ends k's waiter here and wakes the one held elsewhere, which
-// reads the store again and finds the removal.
+// Remove tells the observer and ends k's waiter on this process, then
+// publishes the removal on k's shard, bounded as Signal is.
 func (h *Hub) Remove(ctx context.Context, k wake.Key, at time.Time) error {
 	_ = h.local.Remove(ctx, k, at) // cannot fail
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), signalTimeout)
-	defer cancel()
-	if err := h.push(ctx, []string{h.Key(k)}); err != nil {
+	b := appendRemoval(header(kindRemoval, h.id), k, at)
+	if err := h.publish(ctx, []outbound{{h.Channel(k), b}}); err != nil {
 		return fmt.Errorf("wake: redis remove: %w", err)
 	}
 	return nil
 }
 
-// push leaves one item, with a fresh TTL, in each list, in one round trip.
-func (h *Hub) push(ctx context.Context, rkeys []string) error {
+type outbound struct {
+	channel string
+	payload []byte
+}
+
+func (h *Hub) publish(ctx context.Context, out []outbound) error {
+	// After Close the heartbeat stops and would hold the breaker open;
+	// sends still finishing during shutdown publish regardless.
+	if !h.closed.Load() && h.breakerOpen() {
+		h.owesLost.Store(true)
+		h.m.breakerSkips.Inc()
+		return ErrBreakerOpen
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.PublishTimeout)
+	defer cancel()
+	if err := h.pipeline(ctx, out); err != nil {
+		h.publishFailed(err)
+		return err
+	}
+	return nil
+}
+
+// pipeline publishes out in one round trip per node: PUBLISH on a single
+// node or Sentinel, SPUBLISH (to the channel's slot owner) on a Cluster.
+func (h *Hub) pipeline(ctx context.Context, out []outbound) error {
 	_, err := h.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, rk := range rkeys {
-			p.LPush(ctx, rk, "1")
-			p.LTrim(ctx, rk, 0, 0)
-			p.Expire(ctx, rk, h.cfg.TTL)
+		for _, o := range out {
+			if h.cluster != nil {
+				p.SPublish(ctx, o.channel, o.payload)
+			} else {
+				p.Publish(ctx, o.channel, o.payload)
+			}
 		}
 		return nil
 	})
 	return err
 }
 
-// Observe sets the observer of this process's wakes and removals.
+// Observe sets the observer of this process's wakes and removals, sent
+// from here or received.
 func (h *Hub) Observe(o wake.Observer) { h.local.Observe(o) }
 
-// Held reports whether a poll for k is held on this process.
-func (h *Hub) Held(k wake.Key) bool { return h.local.Held(k) }
+func (h *Hub) publishFailed(err error) {
+	h.pubErr.Store(&err)
+	h.pubErrAt.Store(h.stamp())
+	h.owesLost.Store(true)
+	h.m.publishErrors.Inc()
+}
 
-// Close makes every current and future Wait return wake.ErrClosed at once,
-// then waits for the BRPOP rounds still in flight (at most Round). It does
-// not close the client. Safe to call more than once.
+// breakerOpen: a publish failed and no heartbeat sent since has come back
+// (on every subscriber connection).
+func (h *Hub) breakerOpen() bool { return h.pubErrAt.Load() != 0 }
+
+// Degrade makes the hub run fallback rounds, as if unhealthy, until until:
+// for when the relay learns elsewhere that wakes are being lost. Publishing
+// goes on as usual.
+func (h *Hub) Degrade(until time.Time) {
+	h.degradedUntil.Store(until.UnixNano())
+}
+
+// Health is nil while wakes flow: the subscriptions are confirmed, the
+// hub's own heartbeat came back within HeartbeatTimeout, publishes
+// succeed, and no Degrade holds. Otherwise it says what is wrong, and held
+// polls re-read the store every FallbackInterval.
+func (h *Hub) Health() error {
+	if h.closed.Load() {
+		return wake.ErrClosed
+	}
+	if h.breakerOpen() {
+		if p := h.pubErr.Load(); p != nil {
+			return fmt.Errorf("wake: redis publishes failing: %w", *p)
+		}
+	}
+	s := h.sess.Load()
+	if s == nil || s.confirmedAt.Load() == 0 {
+		return errNotSubscribed
+	}
+	if d := time.Duration(h.stamp() - s.fresh()); d > h.cfg.HeartbeatTimeout {
+		return fmt.Errorf("wake: own redis heartbeat not back for %v", d.Round(time.Millisecond))
+	}
+	if until := h.degradedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return fmt.Errorf("%w until %s", errDegraded, time.Unix(0, until).Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// Close makes every current and future Wait return wake.ErrClosed at once
+// and stops the hub's goroutines. Signal and Remove still publish (without
+// the breaker) for sends that finish during shutdown. It does not close
+// the client. Safe to call more than once.
 func (h *Hub) Close() error {
 	_ = h.local.Close()
-	h.mu.Lock()
-	h.closed = true
-	h.mu.Unlock()
+	if h.closed.Swap(true) {
+		return nil
+	}
 	h.cancel()
 	h.wg.Wait()
 	return nil
 }
 
-// Waiter is one held poll's registration. Wait is meant to be called by one
-// goroutine at a time.
-type Waiter struct {
-	hub   *Hub
-	local *local.Waiter
-	key   string
+// round makes every held poll re-read the store: news may have been
+// missed. The observer forgets first, so a woken poll finds nothing stale.
+func (h *Hub) round(reason string) {
+	h.lastRound.Store(h.stamp())
+	h.m.rounds.WithLabelValues(reason).Inc() // counted before anyone wakes
+	if obs := h.local.Observer(); obs != nil {
+		obs.Lost()
+	}
+	h.local.NotifyAll()
 }
 
-var _ wake.Waiter = (*Waiter)(nil)
-
-// Close unregisters the waiter (only if it is still the registered one).
-func (w *Waiter) Close() { w.local.Close() }
-
-// Wait blocks until a wake for the device arrives from Redis or from a
-// Signal on this process (nil), the waiter is superseded or the hub closes
-// (their errors), or ctx ends (ctx.Err(), at once, even while a BRPOP is in
-// flight). A failed Redis wait sleeps Config.Retry and returns nil.
-func (w *Waiter) Wait(ctx context.Context) error {
-	lw := w.local
-	if err := lw.Err(); err != nil {
-		return err
-	}
-	select {
-	case <-lw.Signaled():
-		return nil
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	deadline, _ := ctx.Deadline()
-	p := w.hub.start(w.key, deadline)
-	if p == nil {
-		return wake.ErrClosed
-	}
-	var result error
-	select {
-	case <-lw.Signaled():
-	case <-lw.Done():
-		result = lw.Err()
-	case <-ctx.Done():
-		result = ctx.Err()
-	case err := <-p.res:
-		p.finish(nil)
-		if err != nil {
-			return w.hub.failed(ctx, lw, err)
+// requestRound asks the monitor for a round at or after the stamp at.
+func (h *Hub) requestRound(reason string, at int64) {
+	h.roundWhy.Store(&reason)
+	for {
+		cur := h.roundAt.Load()
+		if cur != 0 && cur <= at {
+			return
 		}
-		return nil
+		if h.roundAt.CompareAndSwap(cur, at) {
+			return
+		}
 	}
-	p.finish(result)
-	return result
 }
 
-// failed turns a failed Redis wait into a spurious wake after Retry, so the
-// poll re-reads the store: polling, not silence, while Redis is away.
-func (h *Hub) failed(ctx context.Context, lw *local.Waiter, err error) error {
-	if h.failing.CompareAndSwap(false, true) {
-		now := time.Now().UnixNano()
-		last := h.lastWarn.Load()
-		if now-last >= int64(warnEvery) && h.lastWarn.CompareAndSwap(last, now) {
-			h.warned.Store(true)
-			h.log.Warn("redis wait failed; held polls fall back to polling", "err", err, "retry", h.cfg.Retry)
-		}
-	}
-	t := time.NewTimer(h.cfg.Retry)
+// monitor turns health into fallback rounds and log lines: one line per
+// outage and one per recovery, a round on each transition, and one every
+// FallbackInterval in between. It also runs requested rounds.
+func (h *Hub) monitor(ctx context.Context, healthy bool) {
+	t := time.NewTicker(max(h.cfg.Heartbeat/5, time.Millisecond))
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-lw.Signaled():
-		return nil
-	case <-lw.Done():
-		return lw.Err()
-	case <-ctx.Done():
-		return ctx.Err()
+	h.lastRound.Store(h.stamp())
+	var downSince time.Time
+	if !healthy {
+		downSince = time.Now()
 	}
-}
-
-// pop is one Wait's BRPOP loop, run in a goroutine so that the Wait can
-// return at once while a blocked BRPOP finishes its round.
-//
-// Hand-back: Redis gives a pushed item to the longest-blocked BRPOP, which
-// may be one whose Wait has already returned (its client hung up, or a
-// newer poll superseded it, maybe on this very process and list). An item
-// popped for a Wait that will not re-read the store is pushed back, so the
-// poll that does want it still wakes.
-type pop struct {
-	// res carries the outcome: nil for a popped item, else the error.
-	res    chan error
-	exited chan struct{} // closed when the Wait has returned
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	gone   bool // the Wait has returned
-	repush bool // ...having dropped a delivered item without re-reading
-}
-
-func (h *Hub) start(key string, deadline time.Time) *pop {
-	ctx, cancel := context.WithCancel(h.ctx)
-	p := &pop{res: make(chan error, 1), exited: make(chan struct{}), cancel: cancel}
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		cancel()
-		return nil
-	}
-	h.wg.Go(func() { h.run(ctx, key, deadline, p) })
-	return p
-}
-
-// finish records how the Wait ended; result nil means the poll re-reads
-// the store, which covers any item already delivered.
-func (p *pop) finish(result error) {
-	p.cancel()
-	p.mu.Lock()
-	p.gone = true
-	select {
-	case err := <-p.res:
-		p.repush = err == nil && result != nil
-	default:
-	}
-	p.mu.Unlock()
-	close(p.exited)
-}
-
-func (h *Hub) run(ctx context.Context, key string, deadline time.Time, p *pop) {
-	for ctx.Err() == nil {
-		round := h.cfg.Round
-		if !deadline.IsZero() {
-			round = min(round, time.Until(deadline))
-		}
-		if round < minRound {
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
 		}
-		got, err := h.brpop(ctx, key, round)
-		if err != nil {
-			if ctx.Err() != nil {
-				return // the Wait is gone; its pool wait was cancelled
+		now := h.stamp()
+		err := h.Health()
+		reason := roundUnhealthy
+		if errors.Is(err, errDegraded) {
+			reason = roundDegraded
+		}
+		switch {
+		case err != nil && healthy:
+			healthy, downSince = false, time.Now()
+			if reason == roundDegraded {
+				h.log.Info("redis wake-ups degraded on request; held polls re-read the store", "err", err)
+			} else {
+				h.log.Warn("redis wake-ups interrupted; held polls re-read the store", "err", err, "fallback_interval", h.cfg.FallbackInterval)
 			}
-			p.deliver(err)
+			h.round(reason)
+		case err != nil && time.Duration(now-h.lastRound.Load()) >= h.cfg.FallbackInterval:
+			h.round(reason)
+		case err == nil && !healthy:
+			healthy = true
+			h.log.Info("redis wake-ups restored", "after", time.Since(downSince).Round(time.Millisecond))
+			h.roundAt.Store(0) // this round covers any requested one
+			h.round(roundRecovered)
+		}
+		if at := h.roundAt.Load(); at != 0 && now >= at && h.roundAt.CompareAndSwap(at, 0) {
+			// Cleared before the round: a request arriving during it asks
+			// for another.
+			h.round(*h.roundWhy.Load())
+		}
+	}
+}
+
+// heartbeatLoop publishes a heartbeat for every subscriber connection each
+// Heartbeat, and the "lost" message when this relay owes one.
+func (h *Hub) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.beat(ctx)
+	}
+}
+
+func (h *Hub) beat(ctx context.Context) {
+	b := header(kindBeat, h.id)
+	b = appendStamp(b, h.stamp())
+	var out []outbound
+	if s := h.sess.Load(); s != nil {
+		for _, g := range s.groups {
+			out = append(out, outbound{g.channels[0], b})
+		}
+	} else {
+		out = append(out, outbound{h.channels[0], b}) // probes the publish path
+	}
+	// "lost" goes out with the heartbeat, after every publish it covers
+	// failed or was skipped; other relays run one round for it.
+	lost := h.owesLost.Swap(false)
+	if lost {
+		out = append(out, outbound{h.channels[0], header(kindLost, h.id)})
+	}
+	pctx, cancel := context.WithTimeout(ctx, h.cfg.PublishTimeout)
+	defer cancel()
+	if err := h.pipeline(pctx, out); err != nil {
+		if ctx.Err() != nil {
 			return
 		}
-		if h.failing.CompareAndSwap(true, false) && h.warned.CompareAndSwap(true, false) {
-			h.log.Info("redis wait recovered; held polls wait again")
+		h.publishFailed(err) // owes "lost" again
+	}
+}
+
+// session is one set of subscriber connections: one for a single node or
+// Sentinel, one per master for a Cluster.
+type session struct {
+	groups []*group
+	// confirmedAt is the stamp at which every channel was confirmed (0:
+	// not yet).
+	confirmedAt atomic.Int64
+	left        atomic.Int32 // groups not yet confirmed
+}
+
+// heard is the oldest, over the session's connections, of the newest own
+// heartbeat each heard (its send stamp).
+func (s *session) heard() int64 {
+	m := int64(-1)
+	for _, g := range s.groups {
+		if v := g.heard.Load(); m < 0 || v < m {
+			m = v
 		}
-		if !got {
-			continue
+	}
+	return m
+}
+
+// fresh is the stamp that health ages from: the last heartbeat heard on
+// every connection, or the confirmation if later.
+func (s *session) fresh() int64 { return max(s.heard(), s.confirmedAt.Load()) }
+
+func (s *session) close() {
+	for _, g := range s.groups {
+		_ = g.ps.Close()
+	}
+}
+
+type group struct {
+	ps       *goredis.PubSub
+	channels []string
+	pending  map[string]bool // channels not yet confirmed; receiver only
+	heard    atomic.Int64
+}
+
+// subscribeLoop keeps one subscriber session open, replacing it with
+// backoff whenever it fails.
+func (h *Hub) subscribeLoop(ctx context.Context) {
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		s, err := h.open(ctx)
+		if err == nil {
+			h.sess.Store(s)
+			err = h.run(ctx, s)
+			h.sess.Store(nil)
+			s.close()
+			if s.confirmedAt.Load() != 0 {
+				backoff = minBackoff
+				if ctx.Err() == nil {
+					h.m.reconnects.Inc()
+				}
+			}
 		}
-		if !p.deliver(nil) {
-			h.handBack(key)
+		if ctx.Err() != nil {
 			return
 		}
-		<-p.exited
-		p.mu.Lock()
-		repush := p.repush
-		p.mu.Unlock()
-		if repush {
-			h.handBack(key)
+		if !h.ready.Load() && fatal(err) {
+			// New gives up and closes the hub; until it does (or if it
+			// has just stopped waiting), keep trying.
+			h.firstOnce.Do(func() { h.first <- err })
 		}
+		h.log.Debug("redis subscriber session ended", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// open starts a session: it sends the subscriptions; run reads their
+// confirmations.
+func (h *Hub) open(ctx context.Context) (*session, error) {
+	s := &session{}
+	if h.cluster == nil {
+		ps := h.client.Subscribe(ctx)
+		s.groups = []*group{{ps: ps, channels: h.channels}}
+		if err := ps.Subscribe(ctx, h.channels...); err != nil {
+			s.close()
+			return nil, err
+		}
+	} else {
+		groups, err := h.clusterGroups(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.groups = groups
+		for _, g := range groups {
+			// One SSUBSCRIBE per channel: a Cluster refuses one command
+			// whose channels span slots (CROSSSLOT).
+			for _, ch := range g.channels {
+				if err := g.ps.SSubscribe(ctx, ch); err != nil {
+					s.close()
+					return nil, err
+				}
+			}
+		}
+	}
+	for _, g := range s.groups {
+		g.pending = make(map[string]bool, len(g.channels))
+		for _, ch := range g.channels {
+			g.pending[ch] = true
+		}
+	}
+	s.left.Store(int32(len(s.groups)))
+	return s, nil
+}
+
+// clusterGroups groups the channels by the master that owns their slot,
+// on a freshly loaded slot map, and opens one PubSub on each master.
+func (h *Hub) clusterGroups(ctx context.Context) ([]*group, error) {
+	// ForEachMaster reloads the slot map before it returns; a stale map
+	// would subscribe on a node that no longer owns the slot.
+	if err := h.cluster.ForEachMaster(ctx, func(context.Context, *goredis.Client) error { return nil }); err != nil {
+		return nil, err
+	}
+	byNode := map[*goredis.Client]*group{}
+	var groups []*group
+	for _, ch := range h.channels {
+		node, err := h.cluster.MasterForKey(ctx, ch)
+		if err != nil {
+			return nil, err
+		}
+		g := byNode[node]
+		if g == nil {
+			g = &group{ps: node.SSubscribe(ctx)}
+			byNode[node] = g
+			groups = append(groups, g)
+		}
+		g.channels = append(g.channels, ch)
+	}
+	return groups, nil
+}
+
+// run reads the session until it fails: a connection error, a dropped
+// subscription (a Cluster slot moved), confirmations or heartbeats that
+// do not come, or ctx's end.
+func (h *Hub) run(ctx context.Context, s *session) error {
+	errc := make(chan error, len(s.groups))
+	var wg sync.WaitGroup
+	for _, g := range s.groups {
+		wg.Go(func() { errc <- h.receive(ctx, s, g) })
+	}
+	defer wg.Wait()
+	defer s.close() // unblocks the receivers
+	silentFor := 3 * h.cfg.HeartbeatTimeout
+	opened := h.stamp()
+	t := time.NewTicker(h.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		case <-t.C:
+		}
+		switch now := h.stamp(); {
+		case s.confirmedAt.Load() == 0 && time.Duration(now-opened) > silentFor:
+			return errors.New("wake: redis subscriptions not confirmed")
+		case s.confirmedAt.Load() != 0 && time.Duration(now-s.fresh()) > silentFor:
+			return errors.New("wake: own redis heartbeat not heard; replacing the subscriber")
+		}
+	}
+}
+
+func (h *Hub) receive(ctx context.Context, s *session, g *group) error {
+	for {
+		msg, err := g.ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if !g.pending[m.Channel] {
+					// go-redis subscribed again by itself (it replaces a
+					// connection it finds unusable): messages of the gap
+					// may be lost.
+					if s.confirmedAt.Load() != 0 {
+						h.requestRound(roundResubscribed, h.stamp())
+					}
+					continue
+				}
+				delete(g.pending, m.Channel)
+				if len(g.pending) == 0 && s.left.Add(-1) == 0 {
+					h.confirmed(s)
+				}
+			case "unsubscribe", "sunsubscribe":
+				return fmt.Errorf("wake: redis dropped the subscription to %s", m.Channel)
+			}
+		case *goredis.Message:
+			h.handle(s, g, m.Payload)
+		}
+	}
+}
+
+// confirmed: every channel of s is subscribed. Wakes published from now on
+// arrive; those published before, while no session listened, may be lost,
+// so a session that is not the first runs a round.
+func (h *Hub) confirmed(s *session) {
+	s.confirmedAt.Store(h.stamp())
+	if h.ready.Load() {
+		h.requestRound(roundResubscribed, h.stamp())
+	}
+	h.firstOnce.Do(func() { h.first <- nil })
+}
+
+// handle acts on one message: the observer first, then the waiter.
+func (h *Hub) handle(s *session, g *group, payload string) {
+	m, err := parse(payload)
+	if err != nil {
 		return
 	}
-}
-
-// deliver hands the outcome to a Wait still waiting; false if it is gone.
-func (p *pop) deliver(err error) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gone {
-		return false
+	if m.from == h.id {
+		if m.kind == kindBeat {
+			if v, err := m.nextInt(); err == nil {
+				g.heard.Store(v)
+				// Every connection heard a heartbeat sent after the last
+				// failure: the breaker closes, and stays closed through
+				// later sessions until the next failure.
+				if at := h.pubErrAt.Load(); at != 0 && s.heard() > at {
+					h.pubErrAt.CompareAndSwap(at, 0)
+				}
+			}
+		}
+		return // our own wakes were applied locally before publishing
 	}
-	p.res <- err // capacity 1, one send per pop
-	return true
-}
-
-// brpop blocks up to round for an item on key. Whole-second rounds use
-// BRPop, which go-redis gives a read deadline past the timeout; a sub-second
-// round (a poll's last second) is sent raw with a fractional timeout and
-// the client's ReadTimeout as its read deadline.
-func (h *Hub) brpop(ctx context.Context, key string, round time.Duration) (bool, error) {
-	var err error
-	if round >= time.Second {
-		err = h.client.BRPop(ctx, round.Truncate(time.Second), key).Err()
-	} else {
-		secs := strconv.FormatFloat(round.Seconds(), 'f', 3, 64)
-		err = h.client.Do(ctx, "brpop", key, secs).Err()
-	}
-	switch {
-	case errors.Is(err, goredis.Nil):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	return true, nil
-}
-
-// handBack pushes a wake that an abandoned wait popped back onto its list.
-func (h *Hub) handBack(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), signalTimeout)
-	defer cancel()
-	if err := h.push(ctx, []string{key}); err != nil {
-		// The other poll wakes by its deadline or its own failed wait.
-		h.log.Warn("redis wake hand-back failed", "err", err)
+	switch m.kind {
+	case kindWakes:
+		for !m.empty() {
+			k, err := m.nextKey()
+			if err != nil {
+				return
+			}
+			head, err := m.nextInt()
+			if err != nil {
+				return
+			}
+			if obs := h.local.Observer(); obs != nil {
+				obs.Advanced(k, head)
+			}
+			h.local.Notify(k)
+			h.m.received.Inc()
+		}
+	case kindRemoval:
+		k, err := m.nextKey()
+		if err != nil {
+			return
+		}
+		at, err := m.nextInt()
+		if err != nil {
+			return
+		}
+		if obs := h.local.Observer(); obs != nil {
+			obs.Removed(k, time.Unix(0, at))
+		}
+		h.local.End(k, wake.ErrRemoved)
+	case kindLost:
+		// At most one round per FallbackInterval for these: after an
+		// outage every relay says it, at about the same time.
+		h.requestRound(roundPeer, max(h.stamp(), h.lastRound.Load()+int64(h.cfg.FallbackInterval)))
 	}
 }
