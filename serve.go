@@ -216,7 +216,7 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 		}
 		return db, nil
 	}
-	db, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.PostgresPoolSize()), Logger: log})
+	db, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.PostgresPoolSize()), LockTimeout: cfg.LockTimeout, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
 	}

@@ -1,11 +1,14 @@
 package relay
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/flamenet/relay/wake"
 )
 
 // Which limit refused a request, in the error body's "limit" field.
@@ -80,4 +83,72 @@ func (h *households) allow(household string, now time.Time) bool {
 		h.m[household] = l
 	}
 	return l.AllowN(now, 1)
+}
+
+// gates lets one send at a time per device reach the store from this relay.
+// Sends to one device queue behind each other in the store anyway (they
+// take its row); queued here instead, a device whose row someone holds (a
+// frozen replica, an operator's transaction) ties up one pooled connection,
+// not all of them, and sends to other devices go on. A send waits for its
+// recipients' gates no longer than the store's lock timeout, and is then
+// refused with 503 as a send that timed out on the lock would be.
+type gates struct {
+	mu sync.Mutex
+	m  map[wake.Key]*gate
+}
+
+type gate struct {
+	ch   chan struct{} // holds a token while a send is in the store
+	refs int           // sends holding or waiting for it
+}
+
+var errBusy = &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "A recipient is busy; try again."}
+
+// enter takes the gates of household's devices in to (sorted, so that two
+// sends never wait for each other crosswise), waiting at most wait.
+func (g *gates) enter(ctx context.Context, household string, to []string, wait time.Duration) (leave func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	taken := make([]*gate, 0, len(to))
+	keys := make([]wake.Key, 0, len(to))
+	leave = func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for i, e := range taken {
+			<-e.ch
+			g.unref(keys[i], e)
+		}
+	}
+	for _, d := range to {
+		k := wake.Key{Household: household, Device: d}
+		g.mu.Lock()
+		if g.m == nil {
+			g.m = make(map[wake.Key]*gate)
+		}
+		e := g.m[k]
+		if e == nil {
+			e = &gate{ch: make(chan struct{}, 1)}
+			g.m[k] = e
+		}
+		e.refs++
+		g.mu.Unlock()
+		select {
+		case e.ch <- struct{}{}:
+			taken, keys = append(taken, e), append(keys, k)
+		case <-ctx.Done():
+			g.mu.Lock()
+			g.unref(k, e)
+			g.mu.Unlock()
+			leave()
+			return nil, errBusy
+		}
+	}
+	return leave, nil
+}
+
+// unref drops one holder or waiter; the caller holds mu.
+func (g *gates) unref(k wake.Key, e *gate) {
+	if e.refs--; e.refs == 0 {
+		delete(g.m, k)
+	}
 }

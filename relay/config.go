@@ -34,6 +34,7 @@ type Config struct {
 	MaxPendingBytes     int64
 	ShutdownGrace       time.Duration
 	StoreTimeout        time.Duration
+	LockTimeout         time.Duration
 	BodyTimeout         time.Duration
 	AckInterval         time.Duration
 	SQLiteSynchronous   string
@@ -143,6 +144,7 @@ var settings = []Setting{
 	}},
 	{"FN_SHUTDOWN_GRACE", "10s", "how long a shutdown waits for sends in flight before closing connections", dur(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
 	{"FN_STORE_TIMEOUT", "5s", "deadline of one store call; past it the request gets 503 unavailable", dur(func(c *Config) *time.Duration { return &c.StoreTimeout })},
+	{"FN_STORE_LOCK_TIMEOUT", "1s", "longest wait of a send for a recipient that another send or a database session holds; past it the send gets 503 unavailable", posDur(func(c *Config) *time.Duration { return &c.LockTimeout })},
 	{"FN_BODY_TIMEOUT", "30s", "deadline for a client to send a request body; past it the connection is closed", posDur(func(c *Config) *time.Duration { return &c.BodyTimeout })},
 	{"FN_ACK_INTERVAL", "200ms", "acknowledgements and device activity are written to the store in batches at least this often (a crash may lose the last interval's acks: those envelopes are delivered again)", func(c *Config, v string) error {
 		err := dur(func(c *Config) *time.Duration { return &c.AckInterval })(c, v)

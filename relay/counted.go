@@ -64,6 +64,11 @@ func (c countedStore) RemovedAt(ctx context.Context, household, device string) (
 	return c.Store.RemovedAt(ctx, household, device)
 }
 
+func (c countedStore) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
+	c.count("report_health")
+	return c.Store.ReportHealth(ctx, r, since)
+}
+
 func (c countedStore) Ping(ctx context.Context) error {
 	c.count("ping")
 	return c.Store.Ping(ctx)

@@ -28,6 +28,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) er
 // error into the protocol's error body.
 func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// One store deadline for the whole request, the token's check
+		// included: several store calls must not add up past it.
+		r = r.WithContext(withStoreBudget(r.Context(), s.cfg.StoreTimeout))
 		c, err := s.authenticate(r)
 		if err == nil {
 			err = h(w, r, c)
@@ -140,8 +143,22 @@ func (s *Server) refuseToken(r *http.Request, reason string, err error) error {
 	return errUnauthorized
 }
 
+// storeCtx bounds a store call by the request's store deadline (see
+// withStoreBudget), or by FN_STORE_TIMEOUT outside a request.
 func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Value(storeBudgetKey{}).(time.Time); ok {
+		return context.WithDeadline(ctx, d)
+	}
 	return context.WithTimeout(ctx, s.cfg.StoreTimeout)
+}
+
+type storeBudgetKey struct{}
+
+// withStoreBudget gives the store calls made under ctx, together, timeout
+// from now. A held poll renews it when it wakes: its hold is not store
+// time.
+func withStoreBudget(ctx context.Context, timeout time.Duration) context.Context {
+	return context.WithValue(ctx, storeBudgetKey{}, time.Now().Add(timeout))
 }
 
 // validName: 1 to 64 characters of A-Z a-z 0-9 . _ -
@@ -299,6 +316,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) er
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
+	leave, err := s.gates.enter(ctx, c.Household, to, s.cfg.LockTimeout)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	res, err := s.store.Send(ctx, p)
 	if errors.Is(err, store.ErrQueueFull) || errors.Is(err, store.ErrHouseholdFull) {
 		// The store's pending counts lag the acks this relay has not

@@ -25,6 +25,7 @@ type metrics struct {
 	refusals      *prometheus.CounterVec // by reason
 	tokensRefused *prometheus.CounterVec // by reason
 	storeCalls    *prometheus.CounterVec // by op
+	fleetTroubled prometheus.Gauge
 }
 
 // Poll outcomes.
@@ -71,11 +72,14 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 			Name: "fn_wakeup_signal_errors_total", Help: "Signals the hub failed to deliver (polls fall back to their own timeout).", ConstLabels: hubLabel,
 		}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fn_wakeups_received_total", Help: "Wake-ups that ended a held poll's wait.", ConstLabels: hubLabel,
+			Name: "fn_wakeups_received_total", Help: "Wake-ups after which a held poll had something new to read (a fallback round's re-read is not one).", ConstLabels: hubLabel,
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_admission_refusals_total", Help: "Requests refused by admission control, by reason.",
 		}, []string{"reason"}),
+		fleetTroubled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fn_fleet_relays_troubled", Help: "Relays sharing the store whose last report says their wake-ups fail (several relays only).",
+		}),
 		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_store_calls_total", Help: "Calls the API made to the store, by operation.",
 		}, []string{"op"}),
@@ -84,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		}, []string{"reason"}),
 	}
 	cs := []prometheus.Collector{
-		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls,
+		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
 		}, func() float64 { return float64(s.held.Load()) }),

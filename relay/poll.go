@@ -119,7 +119,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 		werr := s.wait(ctx, waiter, deadline)
 		switch {
 		case werr == nil:
-			s.metrics.received.Inc()
+			ctx = withStoreBudget(ctx, s.cfg.StoreTimeout)
 			// Woken: the hub told the position cache first, so memory
 			// has the news (or, after news was lost, a miss that reads
 			// the store).
@@ -127,6 +127,9 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) er
 				return err
 			}
 			after = max(after, pos.Cursor)
+			if pos.Pending(after) {
+				s.metrics.received.Inc() // news, not a fallback round's re-read
+			}
 			if refusedByRemoval(c, pos.RemovedAt) {
 				s.metrics.polls.WithLabelValues(pollRemoved).Inc()
 				return s.refuseToken(r, refusedRemoved, nil)

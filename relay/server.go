@@ -63,6 +63,7 @@ type Server struct {
 
 	positions  *position.Cache
 	acks       *acks
+	fleet      *fleet // nil with one relay
 	handler    http.Handler
 	metrics    *metrics
 	verified   verified
@@ -72,6 +73,7 @@ type Server struct {
 	inflight   chan struct{}
 	limiter    *rate.Limiter
 	households households
+	gates      gates
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
@@ -131,6 +133,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
 	s.hub.Observe(s.positions)
 	s.handler = s.routes()
+	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
+		s.fleet = newFleet(s.store, fh, s.log, m.fleetTroubled)
+	}
 	s.acks = newAcks(s.store, cfg.AckInterval, cfg.StoreTimeout, func(deleted int64, err error) {
 		s.metrics.acked.Add(float64(deleted))
 		if err != nil {
@@ -174,6 +179,12 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
 		s.writeError(w, r, errDraining)
 		return
+	}
+	if s.fleet != nil {
+		if err := s.fleet.ready(time.Now()); err != nil {
+			s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
+			return
+		}
 	}
 	if err := s.readiness.check(r.Context(), s.store.Ping); err != nil {
 		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
@@ -274,6 +285,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	// Acknowledgements gathered until the last poll ended are written.
 	defer s.acks.close()
+	if s.fleet != nil {
+		defer s.fleet.close()
+	}
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()

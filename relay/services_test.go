@@ -192,6 +192,7 @@ type proxy struct {
 	mu     sync.Mutex
 	ln     net.Listener
 	conns  map[net.Conn]bool
+	lose   bool // see loseNextAnswer
 	wg     sync.WaitGroup
 }
 
@@ -229,9 +230,34 @@ func (p *proxy) serve(ln net.Listener) {
 			p.mu.Unlock()
 			p.wg.Add(2)
 			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); io.Copy(c, up); c.Close() }()
+			go func() { defer p.wg.Done(); p.answers(c, up); c.Close() }()
 		}
 	}()
+}
+
+// answers copies the server's data back to the client, unless an answer
+// is to be lost.
+func (p *proxy) answers(c, up net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			lose := p.lose
+			p.lose = false
+			p.mu.Unlock()
+			if lose {
+				up.Close()
+				return
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *proxy) cut() {

@@ -266,6 +266,14 @@ type ExpireResult struct {
 	Sends     int64
 }
 
+// RelayHealth is one relay's report of its wake-ups, for the relays that
+// share a store to learn of each other's trouble.
+type RelayHealth struct {
+	ID      string    // the relay process, unique among those sharing the store
+	WakesOK bool      // its wake-ups flow: it publishes and hears its own
+	At      time.Time // when it reported
+}
+
 // PoolStats describes a backend's connection pool, for metrics. A backend
 // that has one implements PoolStatser.
 type PoolStats struct {
@@ -321,6 +329,9 @@ type Store interface {
 	ClearPush(ctx context.Context, household, device string, target PushTarget) error
 	// Expire deletes expired envelopes and send records.
 	Expire(ctx context.Context, p ExpireParams) (ExpireResult, error)
+	// ReportHealth records r and returns the latest report of every relay
+	// made at or after since, r's included, in one round trip.
+	ReportHealth(ctx context.Context, r RelayHealth, since time.Time) ([]RelayHealth, error)
 	// Ping checks the database on a connection of its own, not the pool's.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

@@ -23,6 +23,9 @@ var (
 	ErrClosed = errors.New("wake: hub closed")
 	// ErrRemoved: the device was removed; its held polls end at once.
 	ErrRemoved = errors.New("wake: device removed")
+	// ErrDegraded: a hub's own wake-ups flow, but it was told to fall
+	// back (another relay's do not).
+	ErrDegraded = errors.New("wake: wake-ups degraded on request")
 )
 
 // Key names one device.

@@ -141,3 +141,37 @@ WHERE household = $1 AND name = $2 AND push_kind = $3 AND push_address = $4`,
 		household, device, target.Kind, target.Address)
 	return classify("clear push", err)
 }
+
+// sqlReportHealth records a relay's report and reads the fleet's recent
+// ones in one statement. The SELECT sees the table as it was before the
+// upsert (one snapshot), so the relay's own row comes from RETURNING.
+// Rows of relays gone for a day are dropped on the way.
+const sqlReportHealth = `
+WITH up AS (
+    INSERT INTO relays (id, wakes_ok, at) VALUES ($1, $2, $3)
+    ON CONFLICT (id) DO UPDATE SET wakes_ok = excluded.wakes_ok, at = excluded.at
+    RETURNING id, wakes_ok, at
+), gone AS (
+    DELETE FROM relays WHERE at < $3 - interval '1 day'
+)
+SELECT id, wakes_ok, at FROM relays WHERE at >= $4 AND id <> $1
+UNION ALL
+SELECT id, wakes_ok, at FROM up`
+
+// ReportHealth records r and returns the reports made since since.
+func (db *DB) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
+	rows, err := db.pool.Query(ctx, sqlReportHealth, r.ID, r.WakesOK, micro(r.At), micro(since))
+	if err != nil {
+		return nil, classify("report health", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RelayHealth, error) {
+		var h store.RelayHealth
+		err := row.Scan(&h.ID, &h.WakesOK, &h.At)
+		h.At = h.At.UTC()
+		return h, err
+	})
+	if err != nil {
+		return nil, classify("report health", err)
+	}
+	return out, nil
+}

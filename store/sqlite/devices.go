@@ -132,3 +132,35 @@ func (db *DB) ClearPush(ctx context.Context, household, device string, target st
 		return err
 	})
 }
+
+// ReportHealth records r and returns the reports made since since.
+func (db *DB) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
+	err := db.write(ctx, "report health", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO relays (id, wakes_ok, at) VALUES (?, ?, ?)
+			ON CONFLICT (id) DO UPDATE SET wakes_ok = excluded.wakes_ok, at = excluded.at`, r.ID, r.WakesOK, micros(r.At))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM relays WHERE at < ?`, micros(r.At.Add(-24*time.Hour)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.reader.QueryContext(ctx, `SELECT id, wakes_ok, at FROM relays WHERE at >= ? ORDER BY id`, micros(since))
+	if err != nil {
+		return nil, wrap(ctx, "report health", err)
+	}
+	defer rows.Close()
+	var out []store.RelayHealth
+	for rows.Next() {
+		var h store.RelayHealth
+		var at int64
+		if err := rows.Scan(&h.ID, &h.WakesOK, &at); err != nil {
+			return nil, wrap(ctx, "report health", err)
+		}
+		h.At = fromMicros(at)
+		out = append(out, h)
+	}
+	return out, wrap(ctx, "report health", rows.Err())
+}

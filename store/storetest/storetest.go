@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClearPush", testClearPush},
 		{"Expire", testExpire},
 		{"Concurrency", testConcurrency},
+		{"ReportHealth", testReportHealth},
 		{"PingClose", testPingClose},
 	}
 	for _, tt := range tests {

@@ -133,7 +133,6 @@ var ErrBreakerOpen = errors.New("wake: redis failing; publish skipped")
 
 var (
 	errNotSubscribed = errors.New("wake: redis subscriber not connected")
-	errDegraded      = errors.New("wake: redis wake-ups degraded on request")
 )
 
 // Hub is the Redis wake hub. It does not own the client: the caller closes
@@ -419,7 +418,7 @@ func (h *Hub) Health() error {
 		return fmt.Errorf("wake: own redis heartbeat not back for %v", d.Round(time.Millisecond))
 	}
 	if until := h.degradedUntil.Load(); until != 0 && time.Now().UnixNano() < until {
-		return fmt.Errorf("%w until %s", errDegraded, time.Unix(0, until).Format(time.RFC3339Nano))
+		return fmt.Errorf("%w until %s", wake.ErrDegraded, time.Unix(0, until).Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -483,7 +482,7 @@ func (h *Hub) monitor(ctx context.Context, healthy bool) {
 		now := h.stamp()
 		err := h.Health()
 		reason := roundUnhealthy
-		if errors.Is(err, errDegraded) {
+		if errors.Is(err, wake.ErrDegraded) {
 			reason = roundDegraded
 		}
 		switch {

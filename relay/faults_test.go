@@ -1,0 +1,237 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/store/postgres"
+)
+
+// pgHarness serves a relay on a throwaway Postgres database (through url,
+// which may be a proxy's) with a pool of conns.
+func pgHarness(t *testing.T, url string, conns int32, mutate func(*Config)) (*harness, *postgres.DB) {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, MaxConns: conns, LockTimeout: DefaultConfig().LockTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return newHarnessWith(t, Deps{Store: st, Hub: newLocalHub()}, mutate), st
+}
+
+// timedSend sends one envelope and reports its status and how long the
+// answer took.
+func timedSend(h *harness, tok, id string, to ...string) (int, time.Duration) {
+	start := time.Now()
+	r, err := h.do(context.Background(), "POST", "/v1/send", tok, map[string]any{"id": id, "to": to, "payload": []byte("x")})
+	if err != nil {
+		return 0, time.Since(start)
+	}
+	return r.status, time.Since(start)
+}
+
+// TestLockedDeviceDoesNotSpread: while a client of the database holds a
+// device's row (SELECT ... FOR UPDATE in an open transaction, as a frozen
+// replica or an operator's session would), sends to that device answer 503
+// with Retry-After within about the lock timeout, and sends of another
+// household through the same relay and pool are not held up.
+//
+// Two guards, each broken once: without the per-device gate (gates.enter)
+// the held device's sends took every pooled connection and the other
+// household's p99 went to 1.0 s; with a lock timeout of a minute the held
+// device's sends took the whole store timeout.
+func TestLockedDeviceDoesNotSpread(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	h, _ := pgHarness(t, dbURL, 8, func(c *Config) { c.StoreTimeout = 5 * time.Second })
+	held := h.register("home", "held")
+	other := h.register("away", "other")
+
+	holder, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `SELECT * FROM devices WHERE household = 'home' AND name = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var heldTimes []time.Duration
+	for w := range 12 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				status, d := timedSend(h, held, fmt.Sprintf("held-%d-%d", w, i), "held")
+				if status != http.StatusServiceUnavailable {
+					t.Errorf("send to the held device: %d, want 503", status)
+					return
+				}
+				mu.Lock()
+				heldTimes = append(heldTimes, d)
+				mu.Unlock()
+			}
+		})
+	}
+	var otherTimes []time.Duration
+	for i := range 40 {
+		status, d := timedSend(h, other, fmt.Sprint("other-", i), "other")
+		if status != http.StatusAccepted {
+			t.Fatalf("send of another household while a device is held: %d", status)
+		}
+		otherTimes = append(otherTimes, d)
+	}
+	close(stop)
+	wg.Wait()
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(otherTimes)
+	if p99 := otherTimes[len(otherTimes)*99/100]; p99 > time.Second {
+		t.Errorf("the other household's send p99 = %v while a device was held (all: %v)", p99, otherTimes)
+	}
+	slices.Sort(heldTimes)
+	if len(heldTimes) == 0 || heldTimes[len(heldTimes)-1] > h.srv.cfg.LockTimeout+2*time.Second {
+		t.Errorf("sends to the held device took up to %v", heldTimes)
+	}
+	// Nothing was lost: the other household got all 40, and the held
+	// device takes sends again.
+	if p := h.poll(other, "limit=1000"); len(p.Envelopes) != 40 {
+		t.Errorf("the other household received %d of 40", len(p.Envelopes))
+	}
+	h.send(held, "after", []byte("x"), "held")
+}
+
+// TestPassingStoreErrorsAre503: a database that turned read-only (a
+// standby after a failover) or lost the relay's tables (recreated empty)
+// answers sends with 503 and Retry-After, not 500, and /ready says it is
+// not ready. Before, both were 500 internal, and /ready stayed 200.
+func TestPassingStoreErrorsAre503(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ []string
+	}{
+		{"read-only", []string{`ALTER DATABASE %s SET default_transaction_read_only = on`}},
+		{"tables gone", []string{`DROP TABLE envelopes CASCADE`, `DROP FUNCTION relay_send`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dbURL := servicetest.PostgresDatabase(t)
+			h, _ := pgHarness(t, dbURL, 4, nil)
+			tok := h.register("home", "phone")
+			h.send(tok, "before", []byte("x"), "phone")
+			admin, err := pgx.Connect(context.Background(), dbURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(context.Background())
+			var db string
+			if err := admin.QueryRow(context.Background(), `SELECT current_database()`).Scan(&db); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range tc.break_ {
+				if strings.Contains(q, "%s") {
+					q = fmt.Sprintf(q, pgx.Identifier{db}.Sanitize())
+				}
+				if _, err := admin.Exec(context.Background(), q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Sessions opened from now on see the change.
+			if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "sends answered 503", func() bool {
+				r, err := h.do(context.Background(), "POST", "/v1/send", tok, map[string]any{"id": "during", "to": []string{"phone"}, "payload": []byte("x")})
+				if err != nil {
+					return false
+				}
+				if r.status >= 500 && r.status != http.StatusServiceUnavailable {
+					t.Fatalf("send: %d %s", r.status, r.body)
+				}
+				return r.status == http.StatusServiceUnavailable && r.header.Get("Retry-After") != ""
+			})
+			eventually(t, "/ready 503", func() bool {
+				r, err := h.do(context.Background(), "GET", "/ready", "", nil)
+				return err == nil && r.status == http.StatusServiceUnavailable
+			})
+		})
+	}
+}
+
+// loseNextAnswer makes the proxy cut the connection that next brings data
+// back from the server, without passing it on: the request reached the
+// server, and its answer is lost, as when a commit reaches the database and
+// the network fails before its answer.
+func (p *proxy) loseNextAnswer() { p.mu.Lock(); p.lose = true; p.mu.Unlock() }
+
+// TestRetryAfterLostAnswerWakes: a send whose commit reached Postgres but
+// whose answer was lost (the relay answered 503 and woke nobody) is retried
+// by its client with the same id; the retry gets the stored answer (202)
+// and wakes the recipient's held poll at once, as a first send would.
+// Before, a repeat woke nobody, and the poll waited out its wait.
+func TestRetryAfterLostAnswerWakes(t *testing.T) {
+	dbURL := servicetest.PostgresDatabase(t)
+	target, err := urlWithHost(dbURL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, target)
+	viaProxy, _ := urlWithHost(dbURL, px.addr)
+	// One pooled connection, and no background writes meanwhile: the send
+	// is the only thing the proxy carries when it loses an answer.
+	h, st := pgHarness(t, viaProxy, 1, func(c *Config) { c.AckInterval = time.Minute })
+	phone := h.register("home", "phone")
+	laptop := h.register("home", "laptop")
+	// A first send prepares the send's statement on the connection, so
+	// that the answer lost below is the commit's, not the prepare's.
+	h.send(laptop, "warm", []byte("x"), "phone")
+	held := heldPoll(h, phone, "cursor=1&wait=30")
+	eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
+
+	px.loseNextAnswer()
+	if status, _ := timedSend(h, laptop, "lost", "phone"); status != http.StatusServiceUnavailable {
+		t.Fatalf("send whose answer was lost: %d, want 503", status)
+	}
+	if s, err := st.State(context.Background(), "home", "phone"); err != nil || s.Head != 2 {
+		t.Fatalf("the lost send was not committed (%+v, %v): the test lost the wrong answer", s, err)
+	}
+	select {
+	case p := <-held:
+		t.Fatalf("the poll answered %+v before the retry: the test did not lose the wake-up", p)
+	case <-time.After(500 * time.Millisecond):
+	}
+	retried := time.Now()
+	res := h.send(laptop, "lost", []byte("x"), "phone")
+	if len(res.Deliveries) != 1 || res.Deliveries[0].Seq != 2 {
+		t.Fatalf("retry = %+v, want the first answer", res)
+	}
+	select {
+	case p := <-held:
+		if len(p.Envelopes) != 1 || p.Envelopes[0].ID != "lost" {
+			t.Fatalf("poll = %+v", p)
+		}
+		if d := time.Since(retried); d > 2*time.Second {
+			t.Fatalf("the poll answered %v after the retry", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry woke nobody")
+	}
+}
