@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store/postgres"
+	"github.com/flamenet/relay/store/sqlite"
 )
 
 // pgHarness serves a relay on a throwaway Postgres database (through url,
@@ -233,5 +235,131 @@ func TestRetryAfterLostAnswerWakes(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the retry woke nobody")
+	}
+}
+
+// fleetReplicas serves two relays as two replicas of one fleet (the fleet's
+// health reports on), sharing one SQLite store and the Redis at redisURL;
+// a reaches it at aRedisURL (a proxy's, say), b directly.
+func fleetReplicas(t *testing.T, aRedisURL, redisURL string) (a, b *harness) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	prefix := servicetest.KeyPrefix()
+	fleet := func(c *Config) { c.RelayReplicas = 2 }
+	a = newHarnessWith(t, Deps{Store: db, Hub: redisHub(t, aRedisURL, prefix, 2)}, fleet)
+	b = newHarnessWith(t, Deps{Store: db, Hub: redisHub(t, redisURL, prefix, 2)}, fleet)
+	b.key, b.srv.keys = a.key, a.srv.keys
+	return a, b
+}
+
+// fallbackBound is how late a delivery may be while wake-ups are lost: the
+// troubled relay notices (heartbeat timeout, 1 s), reports it (a fleet
+// round, 1 s), the other relay reads it (1 s) and runs a fallback round
+// (1 s); plus a margin for a busy machine.
+const fallbackBound = 6 * time.Second
+
+// TestSickReplica: one relay loses Redis (its connection is cut; the
+// others' is fine). Its sends still reach polls held on the other relay
+// within fallbackBound, through the store's health reports and the other
+// relay's fallback rounds; after sickAfter it says it is not ready while
+// the other stays ready; when Redis is back it is ready again. Before, the
+// other relay never learned of the lost wake-ups and its polls waited out
+// their whole wait; with the fleet's Degrade call removed, this went red
+// the same way ("never reached the other's poll"), which was tried.
+func TestSickReplica(t *testing.T) {
+	rs := servicetest.StartRedis(t)
+	px := newProxy(t, rs.Addr())
+	a, b := fleetReplicas(t, "redis://"+px.addr+"/0", rs.URL())
+	phone := b.register("home", "phone")
+	laptop := a.register("home", "laptop")
+
+	px.cut()
+	cut := time.Now()
+	for i := range 3 {
+		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=30", i))
+		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
+		a.send(laptop, fmt.Sprint("m", i), []byte("x"), "phone")
+		sent := time.Now()
+		select {
+		case p := <-held:
+			if len(p.Envelopes) != 1 {
+				t.Fatalf("poll = %+v", p)
+			}
+			if d := time.Since(sent); d > fallbackBound {
+				t.Fatalf("send %d through the sick relay reached the other's poll %v after it was accepted", i, d)
+			}
+		case <-time.After(25 * time.Second):
+			t.Fatalf("send %d through the sick relay never reached the other's poll", i)
+		}
+	}
+	eventually(t, "the sick relay not ready", func() bool {
+		r, err := a.do(context.Background(), "GET", "/ready", "", nil)
+		return err == nil && r.status == http.StatusServiceUnavailable
+	})
+	if d := time.Since(cut); d < sickAfter {
+		t.Fatalf("the sick relay said not ready %v after the cut, before sickAfter", d)
+	}
+	b.must("GET", "/ready", "", nil, http.StatusOK)
+	px.restore()
+	eventually(t, "the relay ready again", func() bool {
+		r, err := a.do(context.Background(), "GET", "/ready", "", nil)
+		return err == nil && r.status == http.StatusOK
+	})
+}
+
+// TestPausedRedis: with Redis stopped in its tracks (SIGSTOP: connections
+// stay open and nothing answers), sends answer quickly without waiting on
+// Redis, and polls held on the other relay get them within fallbackBound;
+// when Redis resumes, wake-ups are prompt again. Before, sends waited up
+// to a second on Redis and deliveries came up to 13 s late.
+func TestPausedRedis(t *testing.T) {
+	rs := servicetest.StartRedis(t)
+	a, b := fleetReplicas(t, rs.URL(), rs.URL())
+	phone := b.register("home", "phone")
+	laptop := a.register("home", "laptop")
+
+	rs.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			rs.Resume()
+		}
+	}()
+	var sendTimes []time.Duration
+	for i := range 4 {
+		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=30", i))
+		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
+		status, d := timedSend(a, laptop, fmt.Sprint("m", i), "phone")
+		if status != http.StatusAccepted {
+			t.Fatalf("send with Redis paused: %d", status)
+		}
+		sendTimes = append(sendTimes, d)
+		sent := time.Now()
+		select {
+		case p := <-held:
+			if len(p.Envelopes) != 1 {
+				t.Fatalf("poll = %+v", p)
+			}
+			if d := time.Since(sent); d > fallbackBound {
+				t.Fatalf("send %d reached the held poll %v after it was accepted", i, d)
+			}
+		case <-time.After(25 * time.Second):
+			t.Fatalf("send %d never reached the held poll", i)
+		}
+	}
+	if slices.Max(sendTimes) > 750*time.Millisecond {
+		t.Fatalf("sends took %v with Redis paused", sendTimes)
+	}
+	rs.Resume()
+	paused = false
+	for _, h := range []*harness{a, b} {
+		eventually(t, "wake-ups healthy again", func() bool { return h.srv.hub.(fleetHub).Health() == nil })
+	}
+	if d := sendAndWait(t, a, b, phone, laptop, 4); d > time.Second {
+		t.Fatalf("after Redis resumed, a wake-up took %v", d)
 	}
 }
