@@ -196,7 +196,7 @@ func pushConfig(cfg relay.Config, log *slog.Logger) push.Config {
 		AllowPrivate:          cfg.PushAllowPrivate,
 		APNs:                  push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL},
 		FCM:                   push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
-		Logger:                log.With("component", "push"),
+		Logger:                log,
 	}
 }
 

@@ -535,7 +535,8 @@ func (q *Queue) finish(h *household) {
 // It returns when every worker has returned. Safe to call more than once.
 func (q *Queue) Close(ctx context.Context) {
 	q.mu.Lock()
-	if !q.closed {
+	first := !q.closed
+	if first {
 		q.closed = true
 		dropped := q.n
 		for name, h := range q.households {
@@ -573,7 +574,7 @@ func (q *Queue) Close(ctx context.Context) {
 	closeProviders(q.providers)
 
 	s := q.Stats()
-	if s.Dropped > 0 || s.Failed > 0 {
+	if first && (s.Dropped > 0 || s.Failed > 0) {
 		q.log.Info("push queue closed",
 			"sent_total", s.Sent, "dropped_total", s.Dropped,
 			"dropped_shutdown_total", s.DroppedShutdown, "failed_total", s.Failed)
