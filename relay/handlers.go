@@ -51,7 +51,7 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 	c, ok := s.verified.get(raw, now)
 	if !ok {
 		var err error
-		if c, err = token.Verify(raw, s.keys, now); err != nil {
+		if c, err = offload(func() (token.Claims, error) { return token.Verify(raw, s.keys, now) }); err != nil {
 			return token.Claims{}, s.refuseToken(r, tokenRefusal(err), err)
 		}
 		s.verified.put(raw, c)

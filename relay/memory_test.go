@@ -1,0 +1,51 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// BenchmarkHeldPollMemory reports what one held poll costs in memory: the
+// goroutine stacks and heap in use per poll, with 2,000 held at once. The
+// client's side (the test's HTTP client in the same process) is included,
+// so compare runs with each other, not with the relay's RSS; the load
+// tester's idle populations measure that. Run:
+//
+//	go test -run '^$' -bench HeldPollMemory -benchtime 1x ./relay/
+func BenchmarkHeldPollMemory(b *testing.B) {
+	for range b.N {
+		stack, heap := heldPollMemory(b, 2000)
+		b.ReportMetric(float64(stack), "stack-B/poll")
+		b.ReportMetric(float64(heap), "heap-B/poll")
+	}
+}
+
+func heldPollMemory(tb testing.TB, n int) (stack, heap uint64) {
+	h := newHarness(tb, nil)
+	toks := make([]string, n)
+	for i := range n {
+		toks[i] = h.token(fmt.Sprint("h", i), "d")
+	}
+	runtime.GC()
+	var before, held runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			_, _ = h.do(ctx, "GET", "/v1/poll?wait=60", toks[i], nil)
+			done <- struct{}{}
+		}()
+	}
+	eventually(tb, "every poll held", func() bool { return h.srv.HeldPolls() == int64(n) })
+	runtime.GC()
+	runtime.GC() // the second cycle shrinks stacks the first found oversized
+	runtime.ReadMemStats(&held)
+	cancel()
+	for range n {
+		<-done
+	}
+	return (held.StackInuse - before.StackInuse) / uint64(n), (held.HeapInuse - before.HeapInuse) / uint64(n)
+}
