@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/flamenet/relay/internal/fdlimit"
+	"github.com/flamenet/relay/internal/memlimit"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/store"
@@ -77,6 +79,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.MaxHeldPolls = heldPollCap(cfg, log)
+	memoryTarget(getenv, log)
 
 	st, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -256,6 +259,20 @@ func openHub(ctx context.Context, cfg relay.Config, log *slog.Logger, reg promet
 // redisStartTimeout bounds the start-up check of Redis and the first
 // subscription.
 const redisStartTimeout = 5 * time.Second
+
+// memoryTarget gives the Go runtime a memory target of 90% of the
+// container's memory limit, unless GOMEMLIMIT says otherwise: held polls
+// are many and small, and without a target the heap may grow to twice
+// what is live before the collector runs, past the limit.
+func memoryTarget(getenv func(string) string, log *slog.Logger) {
+	if getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if limit := memlimit.Limit(); limit > 0 {
+		debug.SetMemoryLimit(limit / 10 * 9)
+		log.Info("memory target set from the container's limit", "limit_bytes", limit, "target_bytes", limit/10*9)
+	}
+}
 
 // heldPollCap raises the open-file limit and returns FN_MAX_HELD_POLLS, or
 // when that is unset, what the limit leaves room for. It warns when the
