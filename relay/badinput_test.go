@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -116,6 +117,13 @@ func TestTokenFailures(t *testing.T) {
 	good := h.mint(valid)
 	parts := strings.Split(good, ".")
 	tampered := parts[0] + "." + enc.EncodeToString([]byte(`{"hh":"home","sub":"laptop","exp":9999999999}`)) + "." + parts[2]
+	// signed is a validly signed token with these claims, even ones Mint
+	// refuses to write.
+	signed := func(claims string) string {
+		s := enc.EncodeToString([]byte(`{"alg":"EdDSA","typ":"JWT"}`)) + "." + enc.EncodeToString([]byte(claims))
+		return s + "." + enc.EncodeToString(ed25519.Sign(h.key, []byte(s)))
+	}
+	exp := now.Add(time.Hour).Unix()
 
 	tests := []struct {
 		name, auth string
@@ -133,6 +141,10 @@ func TestTokenFailures(t *testing.T) {
 		{"garbage", "Bearer not.a.token", 401},
 		{"bad household name", "Bearer " + with(func(c *token.Claims) { c.Household = "a/b" }), 400},
 		{"device name too long", "Bearer " + with(func(c *token.Claims) { c.Device = strings.Repeat("a", 65) }), 400},
+		{"empty household name", "Bearer " + signed(fmt.Sprintf(`{"hh":"","sub":"phone","exp":%d}`, exp)), 400},
+		{"empty device name", "Bearer " + signed(fmt.Sprintf(`{"hh":"home","sub":"","exp":%d}`, exp)), 400},
+		{"no household", "Bearer " + signed(fmt.Sprintf(`{"sub":"phone","exp":%d}`, exp)), 401},
+		{"iat far ahead", "Bearer " + with(func(c *token.Claims) { c.IssuedAt = now.Add(time.Hour) }), 401},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -321,3 +321,30 @@ func (l *lockedBuffer) String() string {
 func newTestLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestHouseholdsApart: a device sees and reaches only its own household:
+// a name that exists only in another household is unknown to it, and an
+// admin of one household cannot remove another's device.
+func TestHouseholdsApart(t *testing.T) {
+	h := newHarness(t, nil)
+	home := h.register("home", "phone")
+	h.register("other", "stranger")
+	stranger := h.token("other", "stranger")
+	r := h.must("POST", "/v1/send", home, map[string]any{"id": "x", "to": []string{"stranger"}, "payload": []byte("x")}, http.StatusNotFound)
+	if r.errCode(t) != codeUnknownDevice {
+		t.Fatalf("send across households: %s", r.body)
+	}
+	if p := h.poll(stranger, "wait=0"); len(p.Envelopes) != 0 {
+		t.Fatalf("the other household's device received %+v", p)
+	}
+	admin := h.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+	h.must("DELETE", "/v1/devices/stranger", admin, nil, http.StatusNotFound)
+	h.poll(stranger, "wait=0") // still there, token still good
+}
+
+// TestHeadProbes: /live and /ready answer HEAD as they answer GET.
+func TestHeadProbes(t *testing.T) {
+	h := newHarness(t, nil)
+	h.must("HEAD", "/live", "", nil, http.StatusOK)
+	h.must("HEAD", "/ready", "", nil, http.StatusOK)
+}

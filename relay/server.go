@@ -153,11 +153,15 @@ func (s *Server) HeldPolls() int64 { return s.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Get("/live", func(w http.ResponseWriter, _ *http.Request) {
+	live := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
-	})
+	}
+	// Probes may ask with HEAD (no body is written for it).
+	r.Get("/live", live)
+	r.Head("/live", live)
 	r.Get("/ready", s.ready)
+	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
 	r.Post("/v1/send", s.countSends(s.authed(s.send)))
 	r.Get("/v1/poll", s.timePolls(s.authed(s.poll)))
