@@ -20,7 +20,7 @@ import (
 // at most 2 MiB of payload, so this is far above any honest answer.
 const maxBody = 64 << 20
 
-// api speaks the relay protocol (docs/API.md) to one relay over HTTP.
+// api speaks the relay protocol (docs/PROTOCOL.md) to one relay over HTTP.
 type api struct {
 	base    string
 	hc      *http.Client

@@ -28,7 +28,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Target kinds, as in SPEC.md.
+// Target kinds, as in docs/PROTOCOL.md.
 const (
 	KindNone        = "none"
 	KindUnifiedPush = "unifiedpush"

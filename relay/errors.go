@@ -12,7 +12,7 @@ import (
 	"github.com/flamenet/relay/store"
 )
 
-// Error codes of the protocol (docs/API.md).
+// Error codes of the protocol (docs/PROTOCOL.md).
 const (
 	codeBadRequest      = "bad_request"
 	codeUnauthorized    = "unauthorized"

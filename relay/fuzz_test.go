@@ -56,7 +56,7 @@ func addHostile(f *testing.F, valid []byte, field string) {
 
 // FuzzDecodeSend: no JSON or MessagePack body makes decoding or validation
 // panic or allocate beyond decodeBound, and whatever validates is within the
-// SPEC's bounds.
+// bounds of docs/PROTOCOL.md.
 func FuzzDecodeSend(f *testing.F) {
 	valid := msgpackBody(f, map[string]any{"id": "a", "to": []string{"phone"}, "payload": []byte("x")})
 	f.Add([]byte(`{"id":"a","to":["phone","laptop"],"payload":"aGVsbG8="}`), false)

@@ -81,7 +81,7 @@ func (e *HouseholdFullError) Error() string {
 
 func (e *HouseholdFullError) Is(target error) bool { return target == ErrHouseholdFull }
 
-// Push target kinds, as in SPEC.md.
+// Push target kinds, as in docs/PROTOCOL.md.
 const (
 	PushNone        = "none"
 	PushUnifiedPush = "unifiedpush"

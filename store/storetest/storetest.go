@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite every store backend must pass.
-// It tests only what store.Store and SPEC.md promise, never a backend's
-// insides, so that a behaviour exists in every backend or in none.
+// It tests only what store.Store and docs/PROTOCOL.md promise, never a
+// backend's insides, so that a behaviour exists in every backend or in none.
 //
 // Where the contract leaves a choice, the suite fixes it:
 //
