@@ -397,7 +397,7 @@ func TestMetricsURL(t *testing.T) {
 	st := bootRelay(t)
 	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
 	rep, _, err := runTool(t, append([]string{"-url", st.urls[0], "-issuer-key", seed,
-		"-metrics-url", st.relays[0].metrics}, shortRun...)...)
+		"-metrics-url", st.relay(0).metrics}, shortRun...)...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
