@@ -24,6 +24,7 @@ const maxBody = 64 << 20
 // api speaks the relay protocol (docs/API.md) to one relay over HTTP.
 type api struct {
 	base    string
+	relay   int // its index among the targets
 	hc      *http.Client
 	msgpack bool
 }

@@ -11,9 +11,12 @@ import (
 	"github.com/flamenet/relay/loadtest/report"
 )
 
-// window is a span in which a relay was down for a crash the tester
+// window is a span in which relays were down for a crash the tester
 // caused.
-type window struct{ from, to time.Time }
+type window struct {
+	from, to time.Time
+	relays   []int
+}
 
 // crashGrace is how long after a restarted relay first answers that a
 // failed request is still put down to the crash: a request sent on a
@@ -38,7 +41,7 @@ func (r *runner) crashLoop(ctx context.Context, start time.Time) {
 		}
 		// Open before the kill, so that nothing failing from it on is
 		// taken for a fault; closed once the relay answers again.
-		idx := r.openWindow(time.Now())
+		idx := r.openWindow(time.Now(), targets)
 		killed := make([]time.Time, len(targets))
 		ready := make([]time.Time, len(targets))
 		errs := make([]error, len(targets))
@@ -84,18 +87,18 @@ func (r *runner) crashLoop(ctx context.Context, start time.Time) {
 
 // openWindow starts a crash window that lasts until closed; it returns
 // its index.
-func (r *runner) openWindow(from time.Time) int {
+func (r *runner) openWindow(from time.Time, relays []int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.windows = append(r.windows, window{from: from, to: time.Unix(math.MaxInt32, 0)})
+	r.windows = append(r.windows, window{from: from, to: time.Unix(math.MaxInt32, 0), relays: relays})
 	return len(r.windows) - 1
 }
 
-// inCrashWindow reports whether [from, to] overlaps a crash window; the
-// caller holds mu.
-func (r *runner) inCrashWindow(from, to time.Time) bool {
+// inCrashWindow reports whether a request to relay that ran over
+// [from, to] overlaps a crash window of that relay; the caller holds mu.
+func (r *runner) inCrashWindow(relay int, from, to time.Time) bool {
 	for _, w := range r.windows {
-		if !from.After(w.to) && !to.Before(w.from) {
+		if slices.Contains(w.relays, relay) && !from.After(w.to) && !to.Before(w.from) {
 			return true
 		}
 	}

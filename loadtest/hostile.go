@@ -219,6 +219,7 @@ func (h *hostile) run(ctx context.Context, end time.Time) {
 type hworker struct {
 	h      *hostile
 	i      int
+	relay  int // the index of target among the relays
 	target string
 	local  net.Addr
 	conn   *rawConn // kept alive between quick requests
@@ -229,7 +230,7 @@ type hworker struct {
 }
 
 func (h *hostile) worker(ctx context.Context, i int, end time.Time) {
-	w := &hworker{h: h, i: i, target: h.targets[i%len(h.targets)],
+	w := &hworker{h: h, i: i, relay: i % len(h.targets), target: h.targets[i%len(h.targets)],
 		household: "hostile-" + h.tag + "-" + strconv.Itoa(i)}
 	if host, _, err := net.SplitHostPort(w.target); err == nil && host == "127.0.0.1" {
 		// Source addresses of their own, so that these connections' ports
@@ -334,7 +335,7 @@ func (w *hworker) quick(ctx context.Context, kind string, req []byte, refuse boo
 		if w.conn == nil {
 			c, err := dialRaw(ctx, w.target, w.local)
 			if err != nil {
-				w.h.transport(ctx, kind, from, err)
+				w.h.transport(ctx, kind, w.relay, from, err)
 				return nil, nil
 			}
 			w.conn = c
@@ -346,7 +347,7 @@ func (w *hworker) quick(ctx context.Context, kind string, req []byte, refuse boo
 			if reused && attempt == 0 && !isTimeout(err) && ctx.Err() == nil {
 				continue // the relay had closed the idle connection
 			}
-			w.h.transport(ctx, kind, from, err)
+			w.h.transport(ctx, kind, w.relay, from, err)
 			return nil, nil
 		}
 		outcome, fail := answerOutcome(resp, body, refuse)
@@ -371,14 +372,14 @@ func (w *hworker) stall(ctx context.Context, kind string, req []byte, refuse boo
 	from := time.Now()
 	c, err := dialRaw(ctx, w.target, w.local)
 	if err != nil {
-		w.h.transport(ctx, kind, from, err)
+		w.h.transport(ctx, kind, w.relay, from, err)
 		return
 	}
 	defer c.close()
 	w.h.count()
 	deadline := from.Add(w.h.closeLimit)
 	if err := c.write(req, deadline); err != nil {
-		w.h.transport(ctx, kind, from, err)
+		w.h.transport(ctx, kind, w.relay, from, err)
 		return
 	}
 	resp, body, err := c.readResponse(deadline)
@@ -414,7 +415,7 @@ func (w *hworker) burst(ctx context.Context, kind string) {
 		wg.Go(func() {
 			c, err := dialRaw(ctx, w.target, w.local)
 			if err != nil {
-				w.h.transport(ctx, kind, time.Now(), err)
+				w.h.transport(ctx, kind, w.relay, time.Now(), err)
 				return
 			}
 			defer c.close()
@@ -424,7 +425,7 @@ func (w *hworker) burst(ctx context.Context, kind string) {
 				w.h.count()
 				resp, body, err := c.roundTrip(rawRequest(http.MethodPost, "/v1/send", w.jsonHeaders(), b), from.Add(w.h.closeLimit))
 				if err != nil {
-					w.h.transport(ctx, kind, from, err)
+					w.h.transport(ctx, kind, w.relay, from, err)
 					return
 				}
 				outcome, fail := answerOutcome(resp, body, false)
@@ -507,9 +508,9 @@ func isTimeout(err error) bool {
 // transport counts a request that got no answer: a reset or a closed
 // connection is the relay's right, no connection at all is a failure
 // unless a relay was down for a crash the tester caused.
-func (h *hostile) transport(ctx context.Context, kind string, from time.Time, err error) {
+func (h *hostile) transport(ctx context.Context, kind string, relay int, from time.Time, err error) {
 	h.r.mu.Lock()
-	crash := h.r.inCrashWindow(from, time.Now())
+	crash := h.r.inCrashWindow(relay, from, time.Now())
 	h.r.mu.Unlock()
 	var outcome, fail string
 	switch {

@@ -188,6 +188,10 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		res.redis = redis.summary()
 	}
 	if st != nil {
+		// The tester's spare connections go first: net/http's Shutdown
+		// gives a connection that never sent a request five seconds
+		// before it counts as idle.
+		r.closeIdle()
 		// Stopped before the report so that an unclean shutdown counts.
 		stopErr := st.stopRelays()
 		res.exits = st.unexpectedExits()
@@ -371,8 +375,8 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 		key:    key,
 		counts: counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}},
 	}
-	for _, u := range urls {
-		r.apis = append(r.apis, &api{base: u, hc: hc, msgpack: cfg.codec == "msgpack"})
+	for i, u := range urls {
+		r.apis = append(r.apis, &api{base: u, relay: i, hc: hc, msgpack: cfg.codec == "msgpack"})
 	}
 	// Each pair is a household of its own, two devices, as a family's
 	// phone and laptop would be: a relay's per-household limits then see
@@ -528,8 +532,11 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	}
 	var h *hostile
 	hctx, stopHostile := context.WithCancel(ctx)
-	defer stopHostile()
 	var hostiles sync.WaitGroup
+	defer func() {
+		stopHostile()
+		hostiles.Wait()
+	}()
 	if r.cfg.hostile > 0 {
 		h = newHostile(r, r.cfg)
 		hostiles.Go(func() { h.run(hctx, end) })
@@ -683,7 +690,7 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 		if err == nil || ctx.Err() != nil || !careful || !retryable(err) || time.Now().After(r.giveUp) {
 			break
 		}
-		r.failure("send", err, from, time.Now())
+		r.failure("send", p.sendAPI.relay, err, from, time.Now())
 		sleepFor(ctx, backoff(attempt, err))
 		from = time.Now()
 	}
@@ -713,13 +720,13 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 		rec.outcome = unknown
 	case errors.As(err, &se) && se.refused():
 		rec.outcome = refused
-		r.failureLocked("send", err, from, answered)
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	case errors.As(err, &se):
 		rec.outcome = failed
-		r.failureLocked("send", err, from, answered)
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	default:
 		rec.outcome = unknown
-		r.failureLocked("send", err, from, answered)
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	}
 }
 
@@ -775,7 +782,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	r.failure("poll", err, from, at)
+	r.failure("poll", p.pollAPI.relay, err, from, at)
 	var se *statusError
 	switch {
 	case errors.As(err, &se) && se.refused():
@@ -805,7 +812,7 @@ func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.failure("ack", err, from, time.Now())
+		r.failure("ack", p.pollAPI.relay, err, from, time.Now())
 		if !retryable(err) {
 			return
 		}
@@ -813,19 +820,19 @@ func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
 	}
 }
 
-// failure counts a request that did not get the answer it wanted: as
-// retried when a relay was down for a crash the tester caused meanwhile,
-// as refused for 429 and 503, else as an error.
-func (r *runner) failure(op string, err error, from, to time.Time) {
+// failure counts a request to relay that did not get the answer it
+// wanted: as retried when that relay was down meanwhile for a crash the
+// tester caused, as refused for 429 and 503, else as an error.
+func (r *runner) failure(op string, relay int, err error, from, to time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failureLocked(op, err, from, to)
+	r.failureLocked(op, relay, err, from, to)
 }
 
-func (r *runner) failureLocked(op string, err error, from, to time.Time) {
+func (r *runner) failureLocked(op string, relay int, err error, from, to time.Time) {
 	var se *statusError
 	switch {
-	case r.inCrashWindow(from, to):
+	case r.inCrashWindow(relay, from, to):
 		r.counts.retried[errKind(op, err)]++
 	case errors.As(err, &se) && se.refused():
 		r.counts.refused[op+" "+se.kind()]++
