@@ -49,6 +49,8 @@ type hostile struct {
 	// refused from one it rightly let through.
 	householdRate  float64
 	householdBurst float64
+	// burstFor bounds one household burst.
+	burstFor time.Duration
 
 	mu       sync.Mutex
 	requests int
@@ -69,6 +71,7 @@ func newHostile(r *runner, cfg *config) *hostile {
 		closeLimit:     cfg.relayDuration("FN_BODY_TIMEOUT", 30*time.Second) + hostileSlack,
 		householdRate:  cfg.relayFloat("FN_HOUSEHOLD_SEND_RATE", 100),
 		householdBurst: cfg.relayFloat("FN_HOUSEHOLD_SEND_BURST", 1000),
+		burstFor:       10 * time.Second,
 		outcomes:       map[string]map[string]int{},
 		failures:       map[string]int{},
 		tried:          map[string]bool{},
@@ -401,13 +404,13 @@ func (w *hworker) stall(ctx context.Context, kind string, req []byte, refuse boo
 }
 
 // burst sends from the household as fast as four connections go, until its
-// bucket refuses (429 with limit household_send_rate) or ten seconds pass,
+// bucket refuses (429 with limit household_send_rate) or burstFor passes,
 // then acknowledges what it stored. Accepting more than the bucket holds
 // fails the run.
 func (w *hworker) burst(ctx context.Context, kind string) {
 	const conns = 4
 	start := time.Now()
-	stopAt := start.Add(10 * time.Second)
+	stopAt := start.Add(w.h.burstFor)
 	var refused atomic.Bool
 	var accepted, maxSeq atomic.Int64
 	var wg sync.WaitGroup
@@ -454,9 +457,9 @@ func (w *hworker) burst(ctx context.Context, kind string) {
 		elapsed := time.Since(start).Seconds()
 		allowed := w.h.householdBurst + w.h.householdRate*(elapsed+0.5) + conns
 		if float64(accepted.Load()) > allowed {
-			w.h.note(ctx, kind, "never refused", fmt.Sprintf("household bucket never refused: %d sends accepted in %.1f s", accepted.Load(), elapsed))
+			w.h.note(ctx, kind, fmt.Sprintf("%d accepted in %.1f s, never refused", accepted.Load(), elapsed), "household bucket never refused")
 		} else {
-			w.h.note(ctx, kind, "bucket not emptied in 10 s", "")
+			w.h.note(ctx, kind, "bucket not emptied in time", "")
 		}
 	}
 	if seq := maxSeq.Load(); seq > 0 {
