@@ -45,9 +45,10 @@ type config struct {
 	// -1 for every one.
 	crashes      []time.Duration
 	crashReplica int
-	ackMode      string // "cursor" or "explicit"
-	hostile      int    // hostile connections beside the load
-	relayMemory  int64  // bytes; 0: no cap
+	crashDown    time.Duration // how long a killed relay stays down
+	ackMode      string        // "cursor" or "explicit"
+	hostile      int           // hostile connections beside the load
+	relayMemory  int64         // bytes; 0: no cap
 	relayEnv     []string
 	sourceAddrs  int // loopback source addresses for the pairs' connections; 0: as needed
 
@@ -81,6 +82,7 @@ var envFor = map[string]string{
 	"progress":      "LOAD_PROGRESS",
 	"crash":         "LOAD_CRASH",
 	"crash-replica": "LOAD_CRASH_REPLICA",
+	"crash-down":    "LOAD_CRASH_DOWN",
 	"ack":           "LOAD_ACK",
 	"hostile":       "LOAD_HOSTILE",
 	"relay-memory":  "LOAD_RELAY_MEMORY",
@@ -126,6 +128,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
 	fs.Var((*durationList)(&c.crashes), "crash", "kill the throwaway relays with SIGKILL this long after the first send and restart them on the same data and port (repeatable, or a comma-separated list)")
 	fs.IntVar(&c.crashReplica, "crash-replica", -1, "with -crash, kill only this replica (0-based); -1 kills every one")
+	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
 	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
@@ -203,6 +206,9 @@ func (c *config) validate() error {
 	}
 	if c.ackMode != "cursor" && c.ackMode != "explicit" {
 		errs = append(errs, fmt.Errorf("-ack %q: want cursor or explicit", c.ackMode))
+	}
+	if c.crashDown < 0 {
+		errs = append(errs, errors.New("-crash-down must be 0 or more"))
 	}
 	if c.hostile < 0 {
 		errs = append(errs, errors.New("-hostile must be 0 or more"))

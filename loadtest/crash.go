@@ -47,7 +47,7 @@ func (r *runner) crashLoop(ctx context.Context, start time.Time) {
 		errs := make([]error, len(targets))
 		var wg sync.WaitGroup
 		for j, i := range targets {
-			wg.Go(func() { killed[j], ready[j], errs[j] = r.stack.crash(ctx, i) })
+			wg.Go(func() { killed[j], ready[j], errs[j] = r.stack.crash(ctx, i, r.cfg.crashDown) })
 		}
 		wg.Wait()
 

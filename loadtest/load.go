@@ -77,6 +77,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		rep.Config.CrashAtSeconds = append(rep.Config.CrashAtSeconds, at.Seconds())
 	}
 	if len(cfg.crashes) > 0 {
+		rep.Config.CrashDownSeconds = cfg.crashDown.Seconds()
 		rep.Config.CrashReplica = "all"
 		if cfg.crashReplica >= 0 {
 			rep.Config.CrashReplica = strconv.Itoa(cfg.crashReplica)

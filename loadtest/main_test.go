@@ -422,13 +422,16 @@ func TestMetricsURL(t *testing.T) {
 }
 
 // TestCrashRun kills the relay with SIGKILL a second and a half into the
-// sends and restarts it on the same SQLite file and port. The senders retry
-// what got no answer with the same id, so every send is accepted, and
-// every accepted send must still arrive exactly once: the polls carry
-// their cursor, so even acks the crash lost cannot bring a repeat.
+// sends and restarts it 300 ms later on the same SQLite file and port, so
+// that several sends find it down. The senders retry what got no answer
+// with the same id, so every send is accepted, and every accepted send
+// must still arrive exactly once: the polls carry their cursor, so even
+// acks the crash lost cannot bring a repeat. A sender that did not retry
+// (careful always false), or failures not put down to the crash window
+// (inCrashWindow always false), turned this test red.
 func TestCrashRun(t *testing.T) {
 	bin := needRelay(t)
-	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-crash", "1.5s"}, shortRun...)...)
+	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-crash", "1.5s", "-crash-down", "300ms"}, shortRun...)...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
@@ -440,12 +443,13 @@ func TestCrashRun(t *testing.T) {
 		t.Fatalf("crashes = %+v, want one", rep.Crashes)
 	}
 	c := rep.Crashes[0]
-	if c.AtSeconds < 1.5 || c.AtSeconds > 2.5 || c.DownMS <= 0 || c.Error != "" || len(c.Replicas) != 1 {
-		t.Errorf("crash = %+v, want one at about 1.5 s with the time the relay was down", c)
+	if c.AtSeconds < 1.5 || c.AtSeconds > 2.5 || c.DownMS < 300 || c.Error != "" || len(c.Replicas) != 1 {
+		t.Errorf("crash = %+v, want one at about 1.5 s, down for 300 ms and more", c)
 	}
-	// The kill cut the held polls: the relay really died.
-	if rep.Retried["poll transport"] == 0 {
-		t.Errorf("retried = %v, want the polls the kill cut", rep.Retried)
+	// The kill cut the held polls, and sends found the relay down: it
+	// really died.
+	if rep.Retried["poll transport"] == 0 || rep.Retried["send transport"] == 0 {
+		t.Errorf("retried = %v, want the polls the kill cut and the sends it refused", rep.Retried)
 	}
 	if rep.Relay.Processes != 1 || rep.Relay.CPUSecondsTotal <= 0 {
 		t.Errorf("relay figures %+v", rep.Relay)

@@ -402,10 +402,10 @@ func (sl *slot) retire(r *relayProc) {
 	}
 }
 
-// crash kills replica i with SIGKILL, as a crash would, and starts it again
-// on the same port, data and settings. It returns when the process was
-// killed and when the new one first answered /ready with 200.
-func (s *stack) crash(ctx context.Context, i int) (killed, ready time.Time, err error) {
+// crash kills replica i with SIGKILL, as a crash would, and after down
+// starts it again on the same port, data and settings. It returns when the
+// process was killed and when the new one first answered /ready with 200.
+func (s *stack) crash(ctx context.Context, i int, down time.Duration) (killed, ready time.Time, err error) {
 	s.mu.Lock()
 	sl := s.slots[i]
 	old := sl.cur
@@ -424,6 +424,9 @@ func (s *stack) crash(ctx context.Context, i int) (killed, ready time.Time, err 
 	sl.cur = nil
 	s.mu.Unlock()
 
+	if !sleepFor(ctx, down) {
+		return killed, time.Time{}, ctx.Err()
+	}
 	r, err := startRelay(ctx, sl.spec, sl.cap)
 	if r != nil {
 		s.mu.Lock()

@@ -209,7 +209,10 @@ type Config struct {
 	AckMode        string    `json:"ack_mode,omitempty"`
 	CrashAtSeconds []float64 `json:"crash_at_seconds,omitempty"`
 	// CrashReplica is the replica -crash killed, "all" for every one.
-	CrashReplica     string   `json:"crash_replica,omitempty"`
+	CrashReplica string `json:"crash_replica,omitempty"`
+	// CrashDownSeconds is how long a killed relay stayed down before its
+	// restart began.
+	CrashDownSeconds float64  `json:"crash_down_seconds,omitempty"`
 	Hostile          int      `json:"hostile,omitempty"`
 	RelayMemoryBytes int64    `json:"relay_memory_bytes,omitempty"`
 	RelayEnv         []string `json:"relay_env,omitempty"`
