@@ -232,7 +232,7 @@ func fileNeed(cfg *config) uint64 {
 	relay := 0
 	if len(cfg.urls) == 0 {
 		perRelay := (cfg.pairs + cfg.replicas - 1) / cfg.replicas
-		relay = 2*perRelay + 5*cfg.hostile + 2048
+		relay = 2*perRelay + 5*cfg.hostile + 4096
 	}
 	return uint64(max(tester, relay))
 }
