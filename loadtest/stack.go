@@ -224,7 +224,9 @@ func (s *stack) newSlot(p stackParams, i int, env []string) (*slot, error) {
 		return sl, fmt.Errorf("relay dir: %w", err)
 	}
 	if p.memory > 0 {
-		name := fmt.Sprintf("relay-loadtest-%d-%s-%d", os.Getpid(), filepath.Base(s.dir), i)
+		// Named for this tester and stack, so that a group a killed tester
+		// left behind can be told apart and removed.
+		name := fmt.Sprintf("relay-loadtest-%d-%s-%d", os.Getpid(), strings.TrimPrefix(filepath.Base(s.dir), "relay-loadtest-"), i)
 		c, err := newMemCap(p.memory, name, p.memoryMethod)
 		if err != nil {
 			return sl, err
