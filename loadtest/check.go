@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/flamenet/relay/loadtest/report"
@@ -13,27 +14,45 @@ type verdict struct {
 	delivered   int // accepted sends that arrived, counted once
 	lost        int // accepted sends that never arrived
 	duplicates  int // arrivals of a send beyond its first
+	redelivered int // arrivals again after a crash lost their ack (-ack explicit)
 	reordered   int // arrivals whose seq is not above the previous one's
 	unexpected  int // arrivals that are not an accepted send to this recipient
 	unconfirmed int // sends with no answer that arrived anyway
 	errors      map[string]int
 }
 
+// checkOpts are what the checks need to know of the run beyond arrivals.
+type checkOpts struct {
+	// explicitAck: recipients acknowledged with POST /v1/ack and polled
+	// without a cursor, so a crash may hand them again what they had.
+	explicitAck bool
+	// kills are the times relays were killed.
+	kills []time.Time
+}
+
 // check holds every recipient's arrivals against what was sent: each
 // accepted send arrives exactly once, at its recipient, from its sender,
 // with the seq and payload it was given, in seq order; nothing else
-// arrives.
-func check(sends []sendRecord, pairs []*pair) verdict {
+// arrives. The one repeat allowed: under explicit acks, an envelope that
+// arrives again with the same seq after a crash is a redelivery (the crash
+// lost its ack), not a duplicate. With the cursor in every poll no repeat
+// is allowed, since the relay answers from the cursor the client sends.
+func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 	v := verdict{errors: map[string]int{}}
 	seen := make([]int, len(sends)) // arrivals at the right recipient
+	first := make([]received, len(sends))
 	for _, p := range pairs {
 		var prev int64
 		for _, got := range p.received {
 			ours := got.send >= 0 && sends[got.send].pair == p.idx && got.from == p.sender
 			if ours && seen[got.send] > 0 {
-				// Counted once, as a duplicate, not again as out of order.
+				// Counted once, as a repeat, not again as out of order.
 				seen[got.send]++
-				v.duplicates++
+				if opts.explicitAck && got.seq == first[got.send].seq && crashBetween(opts.kills, first[got.send].at, got.at) {
+					v.redelivered++
+				} else {
+					v.duplicates++
+				}
 				continue
 			}
 			if got.seq <= prev {
@@ -45,6 +64,7 @@ func check(sends []sendRecord, pairs []*pair) verdict {
 				continue
 			}
 			seen[got.send]++
+			first[got.send] = got
 			rec := sends[got.send]
 			if !got.payload {
 				v.errors["payload differs from the one sent"]++
@@ -71,10 +91,34 @@ func check(sends []sendRecord, pairs []*pair) verdict {
 	return v
 }
 
+// crashBetween reports whether a kill falls in (from, to].
+func crashBetween(kills []time.Time, from, to time.Time) bool {
+	for _, k := range kills {
+		if k.After(from) && !k.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
 // fill turns the result into the report's figures and verdict.
 func (res *result) fill(rep *report.Report) {
-	v := check(res.sends, res.pairs)
+	explicit := res.cfg.ackMode == "explicit"
+	v := check(res.sends, res.pairs, checkOpts{explicitAck: explicit, kills: res.kills})
 	rep.HeldPolls = res.peakHeld
+	rep.HeldPollsEnd = res.heldEnd
+	rep.Steady = res.steady
+	rep.Crashes = res.crashes
+	rep.Hostile = res.hostile
+	rep.Memory = res.memory
+	rep.Redis = res.redis
+	rep.Redelivered = v.redelivered
+	if len(res.retried) > 0 {
+		rep.Retried = res.retried
+	}
+	if explicit && len(res.crashes) > 0 && v.redelivered == 0 {
+		rep.RedeliveryNote = redeliveryNote(res.crashes)
+	}
 	rep.OfferedRate = res.cfg.rate
 	rep.Scheduled = len(res.sends)
 	rep.LateSends = res.late
@@ -155,6 +199,40 @@ func (res *result) fill(rep *report.Report) {
 	if n := report.Total(rep.Errors); n > 0 {
 		fails = append(fails, fmt.Sprintf("%d unexpected errors: %v", n, rep.Errors))
 	}
+	if res.householdRefused > 0 {
+		fails = append(fails, fmt.Sprintf("%d sends of the load's households were refused by their household's limit, which their rate never reaches", res.householdRefused))
+	}
+	for _, c := range res.crashes {
+		if c.Error != "" {
+			fails = append(fails, fmt.Sprintf("the relay did not come back after the crash at %.1f s: %s", c.AtSeconds, c.Error))
+		}
+	}
+	fails = append(fails, res.exits...)
+	if m := res.memory; m != nil && m.OOMKilled {
+		fails = append(fails, fmt.Sprintf("a relay was killed for want of memory under its %s cap (%d OOM kills)", report.FormatBytes(m.LimitBytes), m.OOMKills))
+	}
+	if h := res.hostile; h != nil && report.Total(h.Failures) > 0 {
+		fails = append(fails, fmt.Sprintf("%d hostile requests were mishandled: %v", report.Total(h.Failures), h.Failures))
+	}
 	rep.Failures = fails
 	rep.OK = len(fails) == 0
+}
+
+// redeliveryNote says why a run with explicit acks and crashes saw no
+// redelivery: the relay writes acks in batches, so only those of the last
+// batch interval before a kill are at risk.
+func redeliveryNote(crashes []report.Crash) string {
+	atRisk := 0
+	for _, c := range crashes {
+		atRisk += c.AcksAtRisk
+	}
+	if atRisk == 0 {
+		return "no acknowledgement was made within the relay's ack interval before any crash, so none could be lost"
+	}
+	var at []string
+	for _, c := range crashes {
+		at = append(at, fmt.Sprintf("%.1f s", c.AtSeconds))
+	}
+	return fmt.Sprintf("%d acknowledgements were made within the relay's ack interval before the crashes at %s, and the relay had written every one before it was killed",
+		atRisk, strings.Join(at, ", "))
 }

@@ -16,14 +16,25 @@ func twoPairs() ([]sendRecord, []*pair) {
 	return sends, pairs
 }
 
+// t0 is the clock of the check tests; arrival k happens at t0 + k s.
+var t0 = time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC)
+
 func arrival(send int, seq int64, from string) received {
-	return received{send: send, seq: seq, from: from, payload: true, at: time.Now()}
+	return received{send: send, seq: seq, from: from, payload: true, at: t0}
+}
+
+// at moves an arrival to t0 + sec seconds.
+func at(r received, sec int) received {
+	r.at = t0.Add(time.Duration(sec) * time.Second)
+	return r
 }
 
 func TestCheck(t *testing.T) {
-	type want struct{ delivered, lost, dup, reordered, unexpected, unconfirmed, errors int }
+	type want struct{ delivered, lost, dup, redelivered, reordered, unexpected, unconfirmed, errors int }
+	explicitCrashAt5 := checkOpts{explicitAck: true, kills: []time.Time{t0.Add(5 * time.Second)}}
 	for _, tc := range []struct {
 		name string
+		opts checkOpts
 		edit func(sends []sendRecord, pairs []*pair)
 		r0   []received
 		r1   []received
@@ -97,6 +108,39 @@ func TestCheck(t *testing.T) {
 			want: want{delivered: 3, errors: 1},
 		},
 		{
+			// Seq 1 and 2 arrived, the crash lost their acks, and the
+			// relay handed them again before the next.
+			name: "explicit acks: the same envelopes after a crash are redelivered",
+			opts: explicitCrashAt5,
+			r0: []received{at(arrival(0, 1, "s0"), 1), at(arrival(1, 2, "s0"), 2),
+				at(arrival(0, 1, "s0"), 6), at(arrival(1, 2, "s0"), 6)},
+			r1:   []received{at(arrival(2, 1, "s1"), 7)},
+			want: want{delivered: 3, redelivered: 2},
+		},
+		{
+			name: "explicit acks: a repeat with no crash between is a duplicate",
+			opts: explicitCrashAt5,
+			r0:   []received{at(arrival(0, 1, "s0"), 1), at(arrival(1, 2, "s0"), 2), at(arrival(0, 1, "s0"), 3)},
+			r1:   []received{at(arrival(2, 1, "s1"), 1)},
+			want: want{delivered: 3, dup: 1},
+		},
+		{
+			name: "explicit acks: a repeat under another seq is a duplicate",
+			opts: explicitCrashAt5,
+			r0:   []received{at(arrival(0, 1, "s0"), 1), at(arrival(1, 2, "s0"), 2), at(arrival(0, 3, "s0"), 6)},
+			r1:   []received{at(arrival(2, 1, "s1"), 1)},
+			want: want{delivered: 3, dup: 1},
+		},
+		{
+			// The relay answers from the cursor each poll carries: a
+			// crash is no excuse for a repeat.
+			name: "cursor acks: a repeat after a crash is a duplicate",
+			opts: checkOpts{kills: explicitCrashAt5.kills},
+			r0:   []received{at(arrival(0, 1, "s0"), 1), at(arrival(1, 2, "s0"), 2), at(arrival(1, 2, "s0"), 6)},
+			r1:   []received{at(arrival(2, 1, "s1"), 1)},
+			want: want{delivered: 3, dup: 1},
+		},
+		{
 			name: "payload differs",
 			r0:   []received{arrival(0, 1, "s0"), {send: 1, seq: 2, from: "s0"}},
 			r1:   []received{arrival(2, 1, "s1")},
@@ -109,12 +153,12 @@ func TestCheck(t *testing.T) {
 				tc.edit(sends, pairs)
 			}
 			pairs[0].received, pairs[1].received = tc.r0, tc.r1
-			v := check(sends, pairs)
+			v := check(sends, pairs, tc.opts)
 			errs := 0
 			for _, n := range v.errors {
 				errs += n
 			}
-			got := want{v.delivered, v.lost, v.duplicates, v.reordered, v.unexpected, v.unconfirmed, errs}
+			got := want{v.delivered, v.lost, v.duplicates, v.redelivered, v.reordered, v.unexpected, v.unconfirmed, errs}
 			if got != tc.want {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}

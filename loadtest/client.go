@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -23,6 +24,7 @@ const maxBody = 64 << 20
 // api speaks the relay protocol (docs/PROTOCOL.md) to one relay over HTTP.
 type api struct {
 	base    string
+	relay   int // its index among the targets
 	hc      *http.Client
 	msgpack bool
 }
@@ -70,6 +72,7 @@ type statusError struct {
 	Code       string
 	Message    string
 	Head       int64
+	Limit      string // which limit refused a 429
 	RetryAfter time.Duration
 }
 
@@ -77,12 +80,17 @@ func (e *statusError) Error() string {
 	return fmt.Sprintf("relay answered %d %s: %s", e.Status, e.Code, e.Message)
 }
 
-// kind names the error for counting: "<status> <code>".
+// kind names the error for counting: "<status> <code>", and the limit
+// that refused it in parentheses when the relay names one.
 func (e *statusError) kind() string {
-	if e.Code == "" {
-		return strconv.Itoa(e.Status)
+	k := strconv.Itoa(e.Status)
+	if e.Code != "" {
+		k += " " + e.Code
 	}
-	return strconv.Itoa(e.Status) + " " + e.Code
+	if e.Limit != "" {
+		k += " (" + e.Limit + ")"
+	}
+	return k
 }
 
 // refused reports whether the relay turned the request away by admission
@@ -95,6 +103,7 @@ type errorBody struct {
 	Error   string `json:"error" msgpack:"error"`
 	Message string `json:"message" msgpack:"message"`
 	Head    int64  `json:"head" msgpack:"head"`
+	Limit   string `json:"limit" msgpack:"limit"`
 }
 
 func (a *api) register(ctx context.Context, tok string) (registerResponse, error) {
@@ -109,11 +118,25 @@ func (a *api) send(ctx context.Context, tok string, req sendRequest) (sendRespon
 	return out, err
 }
 
+// poll asks for what is above cursor; a negative cursor leaves it out, so
+// the relay answers from the cursor it has stored.
 func (a *api) poll(ctx context.Context, tok string, cursor int64, wait int) (pollResponse, error) {
 	var out pollResponse
-	path := "/v1/poll?cursor=" + strconv.FormatInt(cursor, 10) + "&wait=" + strconv.Itoa(wait)
+	path := "/v1/poll?wait=" + strconv.Itoa(wait)
+	if cursor >= 0 {
+		path += "&cursor=" + strconv.FormatInt(cursor, 10)
+	}
 	err := a.do(ctx, http.MethodGet, path, tok, nil, http.StatusOK, &out)
 	return out, err
+}
+
+type ackRequest struct {
+	Cursor int64 `json:"cursor" msgpack:"cursor"`
+}
+
+// ack acknowledges everything up to cursor, as POST /v1/ack.
+func (a *api) ack(ctx context.Context, tok string, cursor int64) error {
+	return a.do(ctx, http.MethodPost, "/v1/ack", tok, ackRequest{Cursor: cursor}, http.StatusNoContent, nil)
 }
 
 func (a *api) do(ctx context.Context, method, path, tok string, in any, want int, out any) error {
@@ -150,6 +173,9 @@ func (a *api) do(ctx context.Context, method, path, tok string, in any, want int
 	if resp.StatusCode != want {
 		return a.statusError(resp, b)
 	}
+	if out == nil {
+		return nil
+	}
 	if err := a.unmarshal(resp.Header.Get("Content-Type"), b, out); err != nil {
 		return fmt.Errorf("%s %s: decode: %w", method, path, err)
 	}
@@ -160,7 +186,7 @@ func (a *api) statusError(resp *http.Response, b []byte) error {
 	e := &statusError{Status: resp.StatusCode}
 	var eb errorBody
 	if a.unmarshal(resp.Header.Get("Content-Type"), b, &eb) == nil {
-		e.Code, e.Message, e.Head = eb.Error, eb.Message, eb.Head
+		e.Code, e.Message, e.Head, e.Limit = eb.Error, eb.Message, eb.Head, eb.Limit
 	}
 	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
@@ -184,6 +210,17 @@ func (a *api) unmarshal(contentType string, b []byte, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// retryable reports whether a careful client sends the same request again:
+// no answer came (the relay may or may not have done it), or a 503 said to
+// come back. Every other answer is definitive.
+func retryable(err error) bool {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.Status == http.StatusServiceUnavailable
+	}
+	return err != nil
+}
+
 // errKind names a request error for counting.
 func errKind(op string, err error) string {
 	var se *statusError
@@ -198,18 +235,31 @@ func errKind(op string, err error) string {
 }
 
 // newTransport gives every held poll and every in-flight send its own
-// connection: conns is their sum plus slack.
-func newTransport(conns int) *http.Transport {
+// connection: conns is their sum plus slack. With sources above 1 the
+// connections are spread over that many loopback source addresses
+// (127.0.0.1, .2, ...), each with its own ephemeral ports.
+func newTransport(conns, sources int) *http.Transport {
 	return &http.Transport{
-		Proxy: nil, // loopback targets; an environment proxy would skew every figure
-		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		Proxy:               nil, // loopback targets; an environment proxy would skew every figure
+		DialContext:         sourceDialer(sources),
 		MaxIdleConns:        0,
 		MaxIdleConnsPerHost: conns,
 		MaxConnsPerHost:     conns,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+	}
+}
+
+// sourceDialer dials from the loopback source addresses round-robin.
+func sourceDialer(sources int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	base := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if sources <= 1 {
+		return base.DialContext
+	}
+	var next atomic.Uint32
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := base
+		d.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+next.Add(1)%uint32(sources)))}
+		return d.DialContext(ctx, network, addr)
 	}
 }

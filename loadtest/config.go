@@ -40,6 +40,18 @@ type config struct {
 	progress    time.Duration
 	late        time.Duration
 
+	// crashes are when, after the first scheduled send, the throwaway
+	// relays are killed and restarted; crashReplica is the one killed, or
+	// -1 for every one.
+	crashes      []time.Duration
+	crashReplica int
+	crashDown    time.Duration // how long a killed relay stays down
+	ackMode      string        // "cursor" or "explicit"
+	hostile      int           // hostile connections beside the load
+	relayMemory  int64         // bytes; 0: no cap
+	relayEnv     []string
+	sourceAddrs  int // loopback source addresses for the pairs' connections; 0: as needed
+
 	// command is the invocation, secrets removed, for the report.
 	command []string
 }
@@ -47,27 +59,35 @@ type config struct {
 // envFor names the LOAD_* variable behind each flag; a flag given on the
 // command line wins over its variable.
 var envFor = map[string]string{
-	"url":          "LOAD_URL",
-	"issuer-key":   "LOAD_ISSUER_PRIVATE_KEY",
-	"pairs":        "LOAD_PAIRS",
-	"rate":         "LOAD_RATE",
-	"duration":     "LOAD_DURATION",
-	"wait":         "LOAD_WAIT",
-	"payload":      "LOAD_PAYLOAD",
-	"codec":        "LOAD_CODEC",
-	"herd":         "LOAD_HERD",
-	"drain":        "LOAD_DRAIN",
-	"out":          "LOAD_OUT",
-	"name":         "LOAD_NAME",
-	"store":        "LOAD_STORE",
-	"pg":           "LOAD_PG",
-	"replicas":     "LOAD_REPLICAS",
-	"redis":        "LOAD_REDIS",
-	"allow-remote": "LOAD_ALLOW_REMOTE",
-	"metrics-url":  "LOAD_METRICS_URL",
-	"relay-bin":    "LOAD_RELAY_BIN",
-	"src":          "LOAD_SRC",
-	"progress":     "LOAD_PROGRESS",
+	"url":           "LOAD_URL",
+	"issuer-key":    "LOAD_ISSUER_PRIVATE_KEY",
+	"pairs":         "LOAD_PAIRS",
+	"rate":          "LOAD_RATE",
+	"duration":      "LOAD_DURATION",
+	"wait":          "LOAD_WAIT",
+	"payload":       "LOAD_PAYLOAD",
+	"codec":         "LOAD_CODEC",
+	"herd":          "LOAD_HERD",
+	"drain":         "LOAD_DRAIN",
+	"out":           "LOAD_OUT",
+	"name":          "LOAD_NAME",
+	"store":         "LOAD_STORE",
+	"pg":            "LOAD_PG",
+	"replicas":      "LOAD_REPLICAS",
+	"redis":         "LOAD_REDIS",
+	"allow-remote":  "LOAD_ALLOW_REMOTE",
+	"metrics-url":   "LOAD_METRICS_URL",
+	"relay-bin":     "LOAD_RELAY_BIN",
+	"src":           "LOAD_SRC",
+	"progress":      "LOAD_PROGRESS",
+	"crash":         "LOAD_CRASH",
+	"crash-replica": "LOAD_CRASH_REPLICA",
+	"crash-down":    "LOAD_CRASH_DOWN",
+	"ack":           "LOAD_ACK",
+	"hostile":       "LOAD_HOSTILE",
+	"relay-memory":  "LOAD_RELAY_MEMORY",
+	"relay-env":     "LOAD_RELAY_ENV",
+	"source-addrs":  "LOAD_SOURCE_ADDRS",
 }
 
 // secret flags never reach the report.
@@ -79,6 +99,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		progress: 5 * time.Second,
 		late:     10 * time.Millisecond,
 		drain:    -1, // wait+10s once -wait is known
+
+		crashReplica: -1,
 	}
 	var urls, metrics string
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
@@ -104,6 +126,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.relayBin, "relay-bin", "", "use this relay binary instead of building one")
 	fs.StringVar(&c.src, "src", "", "relay checkout to build and to describe in the report (default: the module around the working directory)")
 	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
+	fs.Var((*durationList)(&c.crashes), "crash", "kill the throwaway relays with SIGKILL this long after the first send and restart them on the same data and port (repeatable, or a comma-separated list)")
+	fs.IntVar(&c.crashReplica, "crash-replica", -1, "with -crash, kill only this replica (0-based); -1 kills every one")
+	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
+	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
+	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
+	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
+	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
+	fs.IntVar(&c.sourceAddrs, "source-addrs", 0, "spread the pairs' connections over this many loopback source addresses (127.0.0.1, .2, ...); 0: as many as the ephemeral ports need")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: loadtest [flags]\n\nEach flag also reads its LOAD_* variable (the flag wins):")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -174,6 +204,32 @@ func (c *config) validate() error {
 	if c.progress <= 0 {
 		errs = append(errs, errors.New("-progress must be above 0"))
 	}
+	if c.ackMode != "cursor" && c.ackMode != "explicit" {
+		errs = append(errs, fmt.Errorf("-ack %q: want cursor or explicit", c.ackMode))
+	}
+	if c.crashDown < 0 {
+		errs = append(errs, errors.New("-crash-down must be 0 or more"))
+	}
+	if c.hostile < 0 {
+		errs = append(errs, errors.New("-hostile must be 0 or more"))
+	}
+	if c.sourceAddrs < 0 || c.sourceAddrs > 254 {
+		errs = append(errs, errors.New("-source-addrs must be 0 to 254"))
+	}
+	for _, at := range c.crashes {
+		if at <= 0 || at >= c.duration {
+			errs = append(errs, fmt.Errorf("-crash %s: must fall inside the offered duration (0 to %s)", at, c.duration))
+		}
+	}
+	if c.relayMemory != 0 && c.relayMemory < 16<<20 {
+		errs = append(errs, errors.New("-relay-memory must be at least 16MiB"))
+	}
+	for _, kv := range c.relayEnv {
+		k, _, _ := strings.Cut(kv, "=")
+		if stackOwned[k] {
+			errs = append(errs, fmt.Errorf("-relay-env %s: the throwaway stack sets %s itself", kv, k))
+		}
+	}
 	if len(c.urls) == 0 {
 		switch c.store {
 		case "":
@@ -188,11 +244,24 @@ func (c *config) validate() error {
 		if c.replicas > 1 && c.store == "sqlite" {
 			errs = append(errs, errors.New("-replicas above 1 needs -store postgres: one SQLite file is for one relay"))
 		}
+		if len(c.crashes) > 0 && (c.crashReplica < -1 || c.crashReplica >= c.replicas) {
+			errs = append(errs, fmt.Errorf("-crash-replica %d: want -1 (every one) or 0 to %d", c.crashReplica, c.replicas-1))
+		}
 	} else {
 		if c.store == "" {
 			c.store = "external"
 		}
 		c.replicas = len(c.urls)
+		// These act on processes this tool owns.
+		if len(c.crashes) > 0 {
+			errs = append(errs, errors.New("-crash needs a throwaway stack: it kills and restarts the relays it started"))
+		}
+		if c.relayMemory != 0 {
+			errs = append(errs, errors.New("-relay-memory needs a throwaway stack"))
+		}
+		if len(c.relayEnv) > 0 {
+			errs = append(errs, errors.New("-relay-env needs a throwaway stack"))
+		}
 		if c.issuerSeed == "" {
 			errs = append(errs, errors.New("-url needs -issuer-key (LOAD_ISSUER_PRIVATE_KEY)"))
 		} else if _, err := issuerKey(c.issuerSeed); err != nil {
@@ -295,6 +364,129 @@ func redact(args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// stackOwned are the relay settings the throwaway stack makes itself;
+// -relay-env may not change them.
+var stackOwned = map[string]bool{
+	"FN_LISTEN": true, "FN_DATABASE_URL": true, "FN_ISSUER_KEYS": true, "FN_ISSUER_KEY_FILE": true,
+	"FN_RELAY_REPLICAS": true, "FN_REDIS_URL": true, "FN_METRICS_ADDR": true,
+}
+
+// relaySetting is the value a throwaway relay runs with for key: the last
+// -relay-env for it, or def.
+func (c *config) relaySetting(key, def string) string {
+	v := def
+	for _, kv := range c.relayEnv {
+		if k, val, _ := strings.Cut(kv, "="); k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// relayDuration reads a duration setting of the relay, def when unset or
+// unreadable (the relay itself refuses an unreadable one).
+func (c *config) relayDuration(key string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(c.relaySetting(key, "")); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
+// relayFloat reads a number setting of the relay, def when unset.
+func (c *config) relayFloat(key string, def float64) float64 {
+	if f, err := strconv.ParseFloat(c.relaySetting(key, ""), 64); err == nil && f > 0 {
+		return f
+	}
+	return def
+}
+
+// durationList is a repeatable duration flag that also takes a
+// comma-separated list.
+type durationList []time.Duration
+
+func (l *durationList) String() string {
+	if l == nil {
+		return ""
+	}
+	parts := make([]string, len(*l))
+	for i, d := range *l {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *durationList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		var d seconds
+		if err := d.Set(strings.TrimSpace(p)); err != nil {
+			return err
+		}
+		*l = append(*l, time.Duration(d))
+	}
+	return nil
+}
+
+// envList is a repeatable KEY=VALUE flag; one value may hold several
+// separated by spaces, as LOAD_RELAY_ENV does.
+type envList []string
+
+func (l *envList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, " ")
+}
+
+func (l *envList) Set(v string) error {
+	for _, kv := range strings.Fields(v) {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return fmt.Errorf("%q: want KEY=VALUE", kv)
+		}
+		*l = append(*l, kv)
+	}
+	return nil
+}
+
+// byteSize is a size flag in bytes, with GOMEMLIMIT's suffixes (B, KiB,
+// MiB, GiB, TiB).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	if b == nil || *b == 0 {
+		return ""
+	}
+	return strconv.FormatInt(int64(*b), 10) + "B"
+}
+
+func (b *byteSize) Set(v string) error {
+	n, err := parseBytes(v)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseBytes(v string) (int64, error) {
+	v = strings.TrimSpace(v)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = rest, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q: want a size such as 256MiB, 1GiB or a number of bytes", v)
+	}
+	return n * mult, nil
 }
 
 // seconds is a duration flag that also takes bare seconds ("60"), as the

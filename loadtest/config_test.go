@@ -56,6 +56,17 @@ func TestConfigRefusals(t *testing.T) {
 		{"codec", []string{"-codec", "xml"}, "json or msgpack"},
 		{"payload", []string{"-payload", "70000"}, "-payload"},
 		{"store", []string{"-store", "mysql"}, "sqlite or postgres"},
+		{"ack", []string{"-ack", "never"}, "cursor or explicit"},
+		{"crash after the window", []string{"-duration", "10s", "-crash", "10s"}, "inside the offered duration"},
+		{"crash replica", []string{"-store", "postgres", "-replicas", "2", "-crash", "1s", "-crash-replica", "2"}, "-crash-replica 2"},
+		{"crash needs a stack", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed, "-crash", "1s"}, "-crash needs a throwaway stack"},
+		{"memory needs a stack", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed, "-relay-memory", "1GiB"}, "-relay-memory needs"},
+		{"env needs a stack", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed, "-relay-env", "FN_X=1"}, "-relay-env needs"},
+		{"memory too small", []string{"-relay-memory", "1MiB"}, "at least 16MiB"},
+		{"memory unreadable", []string{"-relay-memory", "lots"}, "want a size"},
+		{"env the stack owns", []string{"-relay-env", "FN_DATABASE_URL=sqlite:x"}, "sets FN_DATABASE_URL itself"},
+		{"env not a pair", []string{"-relay-env", "FN_X"}, "want KEY=VALUE"},
+		{"hostile", []string{"-hostile", "-1"}, "-hostile"},
 		{"ok", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +107,58 @@ func TestTargetsLoopbackOnly(t *testing.T) {
 		err = c.checkTargets(context.Background())
 		if (err == nil) != tc.ok {
 			t.Errorf("%s allow=%v: err = %v, want ok=%v", tc.url, tc.allow, err, tc.ok)
+		}
+	}
+}
+
+func TestConfigNewModes(t *testing.T) {
+	c, err := parseConfig([]string{"-crash", "20s,40", "-crash", "50s", "-ack", "explicit", "-relay-memory", "256MiB",
+		"-relay-env", "FN_ACK_INTERVAL=1s", "-hostile", "3"},
+		env(map[string]string{"LOAD_RELAY_ENV": "FN_BODY_TIMEOUT=2s FN_SEND_RATE=9"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{20 * time.Second, 40 * time.Second, 50 * time.Second}; !slices.Equal(c.crashes, want) {
+		t.Errorf("crashes = %v, want %v", c.crashes, want)
+	}
+	if c.ackMode != "explicit" || c.relayMemory != 256<<20 || c.hostile != 3 || c.crashReplica != -1 {
+		t.Errorf("ack %q memory %d hostile %d crash replica %d", c.ackMode, c.relayMemory, c.hostile, c.crashReplica)
+	}
+	// The variable's two settings, then the flag's: the flag comes last
+	// and so wins where they overlap.
+	if want := []string{"FN_BODY_TIMEOUT=2s", "FN_SEND_RATE=9", "FN_ACK_INTERVAL=1s"}; !slices.Equal(c.relayEnv, want) {
+		t.Errorf("relay env = %q, want %q", c.relayEnv, want)
+	}
+	if got := c.relayDuration("FN_BODY_TIMEOUT", time.Minute); got != 2*time.Second {
+		t.Errorf("FN_BODY_TIMEOUT = %v", got)
+	}
+	if got := c.relayDuration("FN_SHUTDOWN_GRACE", time.Minute); got != time.Minute {
+		t.Errorf("unset FN_SHUTDOWN_GRACE = %v, want the default", got)
+	}
+	if got := c.relayFloat("FN_SEND_RATE", 1); got != 9 {
+		t.Errorf("FN_SEND_RATE = %v", got)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"256MiB", 256 << 20, true},
+		{"1GiB", 1 << 30, true},
+		{"4096", 4096, true},
+		{"512 KiB", 512 << 10, true},
+		{"100B", 100, true},
+		{"1.5GiB", 0, false},
+		{"-1MiB", 0, false},
+		{"256MB", 0, false}, // GOMEMLIMIT has no decimal units either
+		{"99999999999TiB", 0, false},
+	} {
+		got, err := parseBytes(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -29,12 +31,13 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	if err := cfg.checkTargets(ctx); err != nil {
 		return err
 	}
-	soft, _, limErr := raiseFileLimit()
+	need := fileNeed(cfg)
+	soft, _, limErr := raiseFileLimit(need)
 	if limErr != nil {
 		logger.Warn("cannot raise the open-file limit", "err", limErr)
 	}
 	// One connection per held poll, plus sends in flight and slack.
-	if need := uint64(cfg.pairs + 1024); soft < need {
+	if soft < need {
 		logger.Warn("open-file limit is below what this run needs", "limit", soft, "need", need)
 	}
 
@@ -55,23 +58,39 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		Store:    cfg.store,
 		Replicas: cfg.replicas,
 		Config: report.Config{
-			Target:          "throwaway",
-			Pairs:           cfg.pairs,
-			Rate:            cfg.rate,
-			DurationSeconds: cfg.duration.Seconds(),
-			WaitSeconds:     cfg.wait,
-			PayloadBytes:    cfg.payload,
-			Codec:           cfg.codec,
-			Herd:            cfg.herd,
-			DrainSeconds:    cfg.drain.Seconds(),
+			Target:           "throwaway",
+			Pairs:            cfg.pairs,
+			Rate:             cfg.rate,
+			DurationSeconds:  cfg.duration.Seconds(),
+			WaitSeconds:      cfg.wait,
+			PayloadBytes:     cfg.payload,
+			Codec:            cfg.codec,
+			Herd:             cfg.herd,
+			DrainSeconds:     cfg.drain.Seconds(),
+			AckMode:          cfg.ackMode,
+			Hostile:          cfg.hostile,
+			RelayMemoryBytes: cfg.relayMemory,
+			RelayEnv:         cfg.relayEnv,
 		},
+	}
+	for _, at := range cfg.crashes {
+		rep.Config.CrashAtSeconds = append(rep.Config.CrashAtSeconds, at.Seconds())
+	}
+	if len(cfg.crashes) > 0 {
+		rep.Config.CrashDownSeconds = cfg.crashDown.Seconds()
+		rep.Config.CrashReplica = "all"
+		if cfg.crashReplica >= 0 {
+			rep.Config.CrashReplica = strconv.Itoa(cfg.crashReplica)
+		}
 	}
 
 	var (
-		key   ed25519.PrivateKey
-		urls  []string
-		meter relayMeter
-		st    *stack
+		key     ed25519.PrivateKey
+		urls    []string
+		meter   relayMeter
+		st      *stack
+		applied int64
+		redis   *redisSampler
 	)
 	if len(cfg.urls) == 0 {
 		bin := cfg.relayBin
@@ -86,30 +105,47 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 				return err
 			}
 		}
+		if cfg.replicas > 1 {
+			// Sampled before the relays start: the server's other clients
+			// are the baseline.
+			if redis, err = newRedisSampler(ctx, cfg.redis); err != nil {
+				logger.Warn("redis connected_clients will not be sampled", "err", err)
+			}
+		}
 		st, err = bootStack(ctx, stackParams{
 			bin: bin, store: cfg.store, pg: cfg.pg, replicas: cfg.replicas, redis: cfg.redis, wait: cfg.wait,
+			env: cfg.relayEnv, memory: cfg.relayMemory,
 		}, logger)
 		if err != nil {
+			if redis != nil {
+				redis.close()
+			}
 			return err
 		}
 		defer func() {
 			// Whatever happened, the stack goes: relays get SIGTERM, the
-			// throwaway database is dropped, the temp dir removed.
+			// memory cgroups and the throwaway database are removed, the
+			// temp dir too.
 			if cerr := st.close(context.WithoutCancel(ctx)); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("tear down: %w", cerr))
 			}
 		}()
 		key, urls = st.key, st.urls
-		pm := &procMeter{}
-		for _, r := range st.relays {
-			pm.pids = append(pm.pids, r.cmd.Process.Pid)
-			if l, err := procOpenFileLimit(r.cmd.Process.Pid); err == nil {
+		for i := range st.replicas() {
+			if l, err := procOpenFileLimit(st.relay(i).cmd.Process.Pid); err == nil {
 				if rep.Machine.RelayOpenFile == 0 || l < rep.Machine.RelayOpenFile {
 					rep.Machine.RelayOpenFile = l
 				}
 			}
 		}
-		meter = pm
+		if cfg.relayMemory > 0 {
+			if applied, err = st.appliedLimit(); err != nil {
+				logger.Warn("cannot read back the relay's memory limit", "err", err)
+			} else {
+				logger.Info("relay memory capped", "limit", cfg.relayMemory, "applied", applied)
+			}
+		}
+		meter = &procMeter{st: st}
 	} else {
 		rep.Config.Target = strings.Join(cfg.urls, ",")
 		key, _ = issuerKey(cfg.issuerSeed) // validated with the config
@@ -122,17 +158,49 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true},
 		}}
 	}
+	cfg.sourceAddrs = sourceAddrs(cfg, urls, rep, logger)
+	if cfg.sourceAddrs > 1 {
+		rep.Config.SourceAddresses = cfg.sourceAddrs
+	}
 
 	r := newRunner(cfg, urls, key, meter, logger)
 	defer r.closeIdle()
+	if st != nil {
+		r.stack = st
+	}
+	if redis != nil {
+		defer redis.close()
+		bg, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			redis.sampleLoop(bg)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
+	}
 	res, err := r.run(ctx)
 	if err != nil {
 		return err
 	}
+	if redis != nil {
+		res.redis = redis.summary()
+	}
 	if st != nil {
+		// The tester's spare connections go first: net/http's Shutdown
+		// gives a connection that never sent a request five seconds
+		// before it counts as idle.
+		r.closeIdle()
 		// Stopped before the report so that an unclean shutdown counts.
-		if err := st.stopRelays(); err != nil {
+		stopErr := st.stopRelays()
+		res.exits = st.unexpectedExits()
+		if stopErr != nil && len(res.exits) == 0 {
 			res.errors["relay shutdown"]++
+		}
+		if cfg.relayMemory > 0 {
+			res.memory = st.memory(cfg.relayMemory, applied)
 		}
 	}
 	res.fill(rep)
@@ -152,6 +220,55 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		return errChecksFailed
 	}
 	return nil
+}
+
+// fileNeed is how many descriptors the tester needs: a connection per held
+// poll, sends in flight, the hostile connections (a burst opens several),
+// and slack. The relays it starts inherit its limit and need about as
+// many: with several replicas each held poll can hold a Redis connection
+// besides its socket.
+func fileNeed(cfg *config) uint64 {
+	tester := cfg.pairs + 1024 + 5*cfg.hostile + 64
+	relay := 0
+	if len(cfg.urls) == 0 {
+		perRelay := (cfg.pairs + cfg.replicas - 1) / cfg.replicas
+		relay = 2*perRelay + 5*cfg.hostile + 4096
+	}
+	return uint64(max(tester, relay))
+}
+
+// sourceAddrs decides how many loopback source addresses the pairs'
+// connections are spread over. Every connection to one relay needs an
+// ephemeral port of its own per source address; a run that would use more
+// than half the range gets more addresses, so that it never runs short
+// while connections in TIME_WAIT hold some.
+func sourceAddrs(cfg *config, urls []string, rep *report.Report, logger *slog.Logger) int {
+	lo, hi, err := ephemeralPorts()
+	if err == nil {
+		rep.Machine.EphemeralPorts = fmt.Sprintf("%d-%d", lo, hi)
+	}
+	loopback4 := true
+	for _, u := range urls {
+		pu, perr := url.Parse(u)
+		ip := net.ParseIP(pu.Hostname())
+		if perr != nil || ip == nil || ip.To4() == nil || !ip.IsLoopback() {
+			loopback4 = false
+		}
+	}
+	n := cfg.sourceAddrs
+	if n == 0 && err == nil {
+		perRelay := (cfg.pairs+len(urls)-1)/len(urls) + 1024
+		half := max((hi-lo+1)/2, 1)
+		n = (perRelay + half - 1) / half
+	}
+	if n > 1 && !loopback4 {
+		logger.Warn("connections come from one source address: the targets are not IPv4 loopback addresses", "wanted", n)
+		return 1
+	}
+	if n > 1 {
+		logger.Info("spreading connections over loopback source addresses", "addresses", n, "ephemeral_ports", rep.Machine.EphemeralPorts)
+	}
+	return max(n, 1)
 }
 
 type outcome int
@@ -210,24 +327,43 @@ type runner struct {
 	pairs  []*pair
 	order  []int  // pair of send i is order[i % len(order)]
 	tag    string // prefix of this run's send ids
+	key    ed25519.PrivateKey
 	held   atomic.Int64
 	peak   atomic.Int64
+	// stack is the throwaway stack, which -crash kills and restarts; nil
+	// against a relay this tester did not start.
+	stack *stack
+	// giveUp ends a careful sender's retries: the end of the drain.
+	giveUp time.Time
 
 	mu       sync.Mutex
 	sends    []sendRecord
 	pending  int // accepted and not yet delivered
 	counts   counts
 	progress []time.Duration // started -> returned so far, for progress lines
+	// windows are the spans in which a relay was down for a crash the
+	// tester caused, from just before the kill to a second after it
+	// answered again.
+	windows []window
+	crashes []report.Crash
+	kills   []time.Time
+	// acked are the times of the acknowledgements the relay answered
+	// (-ack explicit), to tell which a crash may have lost.
+	acked   []time.Time
+	samples []sample
 }
 
 type counts struct {
 	started, accepted, delivered, late int
-	refused, errors                    map[string]int
+	refused, errors, retried           map[string]int
+	// householdRefused are the load's own sends refused by their
+	// household's limit, which no pair's modest rate should reach.
+	householdRefused int
 }
 
 func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMeter, logger *slog.Logger) *runner {
 	sendLimit := max(1024, cfg.pairs+64)
-	tr := newTransport(cfg.pairs + sendLimit + 64)
+	tr := newTransport(cfg.pairs+sendLimit+64, cfg.sourceAddrs)
 	// Never shorter than a held poll plus slack: a client timeout that cuts
 	// a held poll would be counted against the relay.
 	hc := &http.Client{Transport: tr, Timeout: time.Duration(cfg.wait+30) * time.Second}
@@ -237,10 +373,11 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 		tr:     tr,
 		meter:  meter,
 		tag:    randomHex(4),
-		counts: counts{refused: map[string]int{}, errors: map[string]int{}},
+		key:    key,
+		counts: counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}},
 	}
-	for _, u := range urls {
-		r.apis = append(r.apis, &api{base: u, hc: hc, msgpack: cfg.codec == "msgpack"})
+	for i, u := range urls {
+		r.apis = append(r.apis, &api{base: u, relay: i, hc: hc, msgpack: cfg.codec == "msgpack"})
 	}
 	// Each pair is a household of its own, two devices, as a family's
 	// phone and laptop would be: a relay's per-household limits then see
@@ -310,12 +447,25 @@ type result struct {
 	sends       []sendRecord
 	pairs       []*pair
 	peakHeld    int
+	heldEnd     int
 	start, end  time.Time
 	late        int
 	refused     map[string]int
 	errors      map[string]int
+	retried     map[string]int
 	relay       report.Relay
 	undelivered int // still owed when the drain ended
+
+	householdRefused int
+	crashes          []report.Crash
+	kills            []time.Time
+	acked            []time.Time
+	steady           *report.Steady
+	hostile          *report.Hostile
+	// Filled by load from the stack, after the relays stopped.
+	exits  []string
+	memory *report.Memory
+	redis  *report.Redis
 }
 
 func (r *runner) run(ctx context.Context) (*result, error) {
@@ -344,6 +494,8 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	}
 
 	sched.start = t0.Add(ramp)
+	end := sched.start.Add(r.cfg.duration)
+	r.giveUp = end.Add(r.cfg.drain)
 	for i := range r.sends {
 		r.sends[i].pair = r.order[i%len(r.order)]
 		r.sends[i].scheduled = sched.at(i)
@@ -354,6 +506,9 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	background.Go(func() { r.progressLoop(bg, t0) })
 	if m, ok := r.meter.(*metricsMeter); ok {
 		background.Go(func() { m.sampleLoop(bg) })
+	}
+	if r.meter != nil {
+		background.Go(func() { r.sampleLoop(bg, sched.start, end) })
 	}
 	defer func() {
 		stopBG()
@@ -371,8 +526,27 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		}
 	}
 	r.logger.Info("sending", "sends", sched.n, "rate", r.cfg.rate, "pairs", len(r.pairs), "held", r.held.Load())
+
+	var crashes sync.WaitGroup
+	if len(r.cfg.crashes) > 0 && r.stack != nil {
+		crashes.Go(func() { r.crashLoop(ctx, sched.start) })
+	}
+	var h *hostile
+	hctx, stopHostile := context.WithCancel(ctx)
+	var hostiles sync.WaitGroup
+	defer func() {
+		stopHostile()
+		hostiles.Wait()
+	}()
+	if r.cfg.hostile > 0 {
+		h = newHostile(r, r.cfg)
+		hostiles.Go(func() { h.run(hctx, end) })
+	}
+
 	sendLimit := max(1024, r.cfg.pairs+64)
 	openLoop(ctx, sched, sendLimit, func(i int, at time.Time) { r.send(ctx, i, at) })
+	heldEnd := int(r.held.Load())
+	crashes.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -389,12 +563,20 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		}
 	}
 	tick.Stop()
-	end := time.Now()
+	drained := time.Now()
 	undelivered := r.owed()
 
-	res := &result{cfg: r.cfg, start: sched.start, end: end, undelivered: undelivered}
+	res := &result{cfg: r.cfg, start: sched.start, end: drained, undelivered: undelivered, heldEnd: heldEnd}
 	if r.meter != nil {
 		res.relay = r.meter.read(ctx, cpuStart)
+	}
+	if h != nil {
+		// Hostile requests still waiting for the relay to close their
+		// connection get until their limit, and no longer.
+		stop := time.AfterFunc(time.Until(end.Add(h.closeLimit+time.Second)), stopHostile)
+		hostiles.Wait()
+		stop.Stop()
+		res.hostile = h.summary()
 	}
 
 	stopPolls()
@@ -415,6 +597,12 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	res.late = r.counts.late
 	res.refused = r.counts.refused
 	res.errors = r.counts.errors
+	res.retried = r.counts.retried
+	res.householdRefused = r.counts.householdRefused
+	res.crashes = r.crashes
+	res.kills = r.kills
+	res.acked = r.acked
+	res.steady = steadyState(r.samples, sched.start, end)
 	return res, nil
 }
 
@@ -490,7 +678,23 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	}
 	r.mu.Unlock()
 
-	resp, err := p.sendAPI.send(ctx, p.senderTok, req)
+	// With -crash the sender is a careful client: a send that got no
+	// definitive answer (none at all, or 503) goes again with the same id,
+	// so that one the relay committed just before it died is answered, not
+	// left in doubt.
+	careful := len(r.cfg.crashes) > 0
+	var resp sendResponse
+	var err error
+	from := started
+	for attempt := 0; ; attempt++ {
+		resp, err = p.sendAPI.send(ctx, p.senderTok, req)
+		if err == nil || ctx.Err() != nil || !careful || !retryable(err) || time.Now().After(r.giveUp) {
+			break
+		}
+		r.failure("send", p.sendAPI.relay, err, from, time.Now())
+		sleepFor(ctx, backoff(attempt, err))
+		from = time.Now()
+	}
 	answered := time.Now()
 
 	r.mu.Lock()
@@ -517,14 +721,27 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 		rec.outcome = unknown
 	case errors.As(err, &se) && se.refused():
 		rec.outcome = refused
-		r.counts.refused["send "+se.kind()]++
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	case errors.As(err, &se):
 		rec.outcome = failed
-		r.counts.errors[errKind("send", err)]++
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	default:
 		rec.outcome = unknown
-		r.counts.errors[errKind("send", err)]++
+		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
 	}
+}
+
+// backoff is how long a careful client waits before it tries again: a
+// doubling from 50 ms up to a second, jittered, and never less than the
+// relay's Retry-After.
+func backoff(attempt int, err error) time.Duration {
+	d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
+	d = d/2 + rand.N(d/2+1)
+	var se *statusError
+	if errors.As(err, &se) {
+		d = max(d, se.RetryAfter)
+	}
+	return d
 }
 
 // pollLoop holds the recipient's polls, one after another, until ctx ends.
@@ -538,7 +755,8 @@ func (r *runner) pollLoop(ctx context.Context, p *pair, first time.Time) {
 }
 
 // pollOnce makes one poll and records what it returned. It reports
-// whether the relay has more waiting.
+// whether the relay has more waiting. With -ack explicit it polls without
+// a cursor and acknowledges what it received with POST /v1/ack.
 func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, err error) {
 	held := r.held.Add(1)
 	for {
@@ -547,25 +765,26 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 			break
 		}
 	}
-	resp, err := p.pollAPI.poll(ctx, p.recipientTok, p.cursor, wait)
+	cursor := p.cursor
+	if r.cfg.ackMode == "explicit" {
+		cursor = -1
+	}
+	from := time.Now()
+	resp, err := p.pollAPI.poll(ctx, p.recipientTok, cursor, wait)
 	r.held.Add(-1)
 	at := time.Now()
 	if err == nil {
 		r.record(p, resp, at)
+		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 {
+			r.ack(ctx, p, resp.Cursor)
+		}
 		return resp.More, nil
 	}
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
+	r.failure("poll", p.pollAPI.relay, err, from, at)
 	var se *statusError
-	r.mu.Lock()
-	switch {
-	case errors.As(err, &se) && se.refused():
-		r.counts.refused["poll "+se.kind()]++
-	default:
-		r.counts.errors[errKind("poll", err)]++
-	}
-	r.mu.Unlock()
 	switch {
 	case errors.As(err, &se) && se.refused():
 		sleepFor(ctx, max(se.RetryAfter, 100*time.Millisecond))
@@ -577,6 +796,53 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 		sleepFor(ctx, 200*time.Millisecond)
 	}
 	return false, err
+}
+
+// ack acknowledges up to cursor, again and again while no definitive
+// answer comes, as a client that must not lose its place would.
+func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		from := time.Now()
+		err := p.pollAPI.ack(ctx, p.recipientTok, cursor)
+		if err == nil {
+			r.mu.Lock()
+			r.acked = append(r.acked, time.Now())
+			r.mu.Unlock()
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.failure("ack", p.pollAPI.relay, err, from, time.Now())
+		if !retryable(err) {
+			return
+		}
+		sleepFor(ctx, backoff(attempt, err))
+	}
+}
+
+// failure counts a request to relay that did not get the answer it
+// wanted: as retried when that relay was down meanwhile for a crash the
+// tester caused, as refused for 429 and 503, else as an error.
+func (r *runner) failure(op string, relay int, err error, from, to time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failureLocked(op, relay, err, from, to)
+}
+
+func (r *runner) failureLocked(op string, relay int, err error, from, to time.Time) {
+	var se *statusError
+	switch {
+	case r.inCrashWindow(relay, from, to):
+		r.counts.retried[errKind(op, err)]++
+	case errors.As(err, &se) && se.refused():
+		r.counts.refused[op+" "+se.kind()]++
+		if op == "send" && se.Limit == "household_send_rate" {
+			r.counts.householdRefused++
+		}
+	default:
+		r.counts.errors[errKind(op, err)]++
+	}
 }
 
 // record keeps what a poll returned. Only the recipient's goroutine calls

@@ -19,13 +19,29 @@ import (
 	"github.com/flamenet/relay/loadtest/report"
 )
 
-// raiseFileLimit lifts the open-file soft limit to the hard limit. Calling
-// syscall.Setrlimit (rather than relying on the Go runtime's own raise)
-// also makes child processes inherit the raised limit.
-func raiseFileLimit() (soft, hard uint64, err error) {
+// raiseFileLimit lifts the open-file soft limit to the hard limit, and
+// both to need when the hard limit is lower and this process may raise it
+// (as root, up to fs.nr_open). Calling syscall.Setrlimit (rather than
+// relying on the Go runtime's own raise) also makes child processes
+// inherit the raised limit.
+func raiseFileLimit(need uint64) (soft, hard uint64, err error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, 0, fmt.Errorf("getrlimit: %w", err)
+	}
+	if lim.Max < need {
+		up := lim
+		up.Max = need
+		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				up.Max = min(up.Max, n)
+			}
+		}
+		up.Cur = up.Max
+		// Refused without the privilege; the soft limit still goes up below.
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
+			lim = up
+		}
 	}
 	if lim.Cur < lim.Max {
 		lim.Cur = lim.Max
@@ -34,6 +50,25 @@ func raiseFileLimit() (soft, hard uint64, err error) {
 		return lim.Cur, lim.Max, fmt.Errorf("setrlimit: %w", err)
 	}
 	return lim.Cur, lim.Max, nil
+}
+
+// ephemeralPorts is the kernel's range of local ports for outgoing
+// connections.
+func ephemeralPorts() (lo, hi int, err error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("ip_local_port_range: %q", b)
+	}
+	lo, err1 := strconv.Atoi(f[0])
+	hi, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || hi < lo {
+		return 0, 0, fmt.Errorf("ip_local_port_range: %q", b)
+	}
+	return lo, hi, nil
 }
 
 // gitState describes the checkout at src.

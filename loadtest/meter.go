@@ -16,39 +16,36 @@ type relayMeter interface {
 	cpu(ctx context.Context) (time.Duration, error)
 	// read returns the relay's cost; cpuStart is cpu at the window's start.
 	read(ctx context.Context, cpuStart time.Duration) report.Relay
+	// rss is the relay's resident memory now, summed over its processes.
+	rss(ctx context.Context) (int64, error)
 }
 
-// procMeter reads /proc of relay processes this tester started.
+// procMeter reads /proc of the relay processes this tester started. A
+// relay the tester crashed and restarted counts with every process it had.
 type procMeter struct {
-	pids []int
+	st *stack
 }
 
 func (m *procMeter) cpu(context.Context) (time.Duration, error) {
-	var total time.Duration
-	for _, pid := range m.pids {
-		c, err := procCPU(pid)
-		if err != nil {
-			return 0, err
-		}
-		total += c
-	}
-	return total, nil
+	cpu, _, _, err := m.st.usage()
+	return cpu, err
 }
 
 func (m *procMeter) read(ctx context.Context, cpuStart time.Duration) report.Relay {
-	out := report.Relay{Source: "proc", Processes: len(m.pids)}
-	if c, err := m.cpu(ctx); err == nil {
+	out := report.Relay{Source: "proc", Processes: m.st.replicas()}
+	// The peak is each relay's own peak resident set (VmHWM, so nothing is
+	// missed between samples), summed.
+	if c, peak, _, err := m.st.usage(); err == nil {
 		out.CPUSeconds = round3((c - cpuStart).Seconds())
 		out.CPUSecondsTotal = round3(c.Seconds())
-	}
-	for _, pid := range m.pids {
-		// VmHWM is the process's peak resident set, so nothing is missed
-		// between samples. The sum is of each process's own peak.
-		if b, err := procStatusBytes(pid, "VmHWM"); err == nil {
-			out.PeakRSSBytes += b
-		}
+		out.PeakRSSBytes = peak
 	}
 	return out
+}
+
+func (m *procMeter) rss(context.Context) (int64, error) {
+	_, _, rss, err := m.st.usage()
+	return rss, err
 }
 
 // metricsMeter scrapes relays this tester did not start. Resident memory
@@ -99,6 +96,11 @@ func (m *metricsMeter) read(ctx context.Context, cpuStart time.Duration) report.
 	out.PeakRSSBytes = m.peak
 	m.mu.Unlock()
 	return out
+}
+
+func (m *metricsMeter) rss(ctx context.Context) (int64, error) {
+	_, rss, err := m.scrape(ctx)
+	return rss, err
 }
 
 func (m *metricsMeter) sampleLoop(ctx context.Context) {

@@ -8,8 +8,13 @@
 #   loadtest/scenarios.sh -l              # list them
 #
 # Needs Postgres (LOAD_PG, default the local server; the tool creates and
-# drops a relay_bench_* database per run) and, for the replica scenario,
-# Redis (LOAD_REDIS). Run it on a quiet machine from a clean tree: a dirty
+# drops a relay_bench_* database per run) and, for the replica scenarios,
+# Redis (LOAD_REDIS). The hostile scenario caps the relay's memory with a
+# cgroup, which takes root (without it the cap falls back to an
+# address-space limit and the report says so); the 20,000-pair scenario
+# needs 20,000 client sockets, which the tool lifts its open-file limit for
+# when it may (as root) and spreads over loopback source addresses when the
+# ephemeral ports are short. Run it on a quiet machine from a clean tree: a dirty
 # tree is marked as such on the page, and other work on the machine is in
 # every figure. A scenario that fails its checks still keeps its report
 # (the page marks it FAIL) and the script exits 1 at the end.
@@ -17,26 +22,52 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
+# Each relay's Redis pool is FN_REDIS_MAX_CONNECTIONS_PER_LOOP x GOMAXPROCS
+# (one loop per core); this keeps it at 16 connections or fewer. Above 16
+# cores one per loop is already more, and the report's relay settings and
+# Redis connected_clients say so.
+cores=$(nproc)
+redis_per_loop=$((16 / cores))
+if ((redis_per_loop < 1)); then
+	redis_per_loop=1
+fi
+
 # name|flags, in the page's order. Every run offers sends for 60 s with
 # wait=20 polls; -drain defaults to wait+10s.
+#
+# The two idle populations differ only in how many recipients hold polls,
+# so that the page can give memory per held poll as the slope between
+# them. The crash runs kill the relay twice (SIGKILL, restart on the same
+# data and port) with recipients that acknowledge with POST /v1/ack. The
+# hostile run floods one relay from 200 connections beside the load, under
+# a 256 MiB memory cap. The 20,000-pair replica run holds 10,000 polls on
+# each of two relays, every send crossing relays.
 scenarios=(
 	"sqlite-200x50|-store sqlite -pairs 200 -rate 50"
 	"sqlite-500x100|-store sqlite -pairs 500 -rate 100"
 	"sqlite-1000x100|-store sqlite -pairs 1000 -rate 100"
 	"sqlite-2000x150|-store sqlite -pairs 2000 -rate 150"
+	"sqlite-herd-5000x500|-store sqlite -pairs 5000 -rate 500 -herd"
+	"sqlite-crash-1000x100|-store sqlite -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
+	"hostile-1000x100|-store sqlite -pairs 1000 -rate 100 -hostile 200 -relay-memory 256MiB"
 	"pg-200x50|-store postgres -pairs 200 -rate 50"
 	"pg-500x100|-store postgres -pairs 500 -rate 100"
 	"pg-1000x100|-store postgres -pairs 1000 -rate 100"
 	"pg-2000x150|-store postgres -pairs 2000 -rate 150"
 	"pg-5000x500|-store postgres -pairs 5000 -rate 500"
 	"pg-10000x1000|-store postgres -pairs 10000 -rate 1000"
+	"pg-herd-5000x500|-store postgres -pairs 5000 -rate 500 -herd"
 	"pg-herd-10000x1000|-store postgres -pairs 10000 -rate 1000 -herd"
+	"pg-idle-1000x10|-store postgres -pairs 1000 -rate 10"
+	"pg-idle-10000x10|-store postgres -pairs 10000 -rate 10"
+	"pg-crash-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"pg-2replicas-2000x150|-store postgres -replicas 2 -pairs 2000 -rate 150"
+	"pg-2replicas-20000x100|-store postgres -replicas 2 -pairs 20000 -rate 100 -relay-env FN_REDIS_MAX_CONNECTIONS_PER_LOOP=$redis_per_loop"
 )
 
 if [[ "${1:-}" == "-l" ]]; then
 	for s in "${scenarios[@]}"; do
-		printf '%-24s %s\n' "${s%%|*}" "${s#*|}"
+		printf '%-26s %s\n' "${s%%|*}" "${s#*|}"
 	done
 	exit 0
 fi

@@ -15,23 +15,58 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/loadtest/report"
 )
 
 // stack is a throwaway relay deployment the tester booted and owns.
 type stack struct {
-	urls   []string
-	key    ed25519.PrivateKey
-	dir    string
-	relays []*relayProc
+	urls []string
+	key  ed25519.PrivateKey
+	dir  string
 	// dropDB removes the throwaway Postgres database, if there is one.
 	dropDB func(context.Context) error
 	logger *slog.Logger
+
+	// mu guards the slots' processes, which a crash replaces while the
+	// meter reads them.
+	mu    sync.Mutex
+	slots []*slot
+}
+
+// slot is one replica: its address, data and settings, which outlive its
+// processes, and the process running it now.
+type slot struct {
+	spec relaySpec
+	cap  *memCap // nil: no memory cap
+	cur  *relayProc
+	// Of this slot's processes that have exited: CPU time, and the
+	// highest peak resident memory.
+	deadCPU  time.Duration
+	deadPeak int64
+	stopped  bool
+	// exits describes each exit nobody asked for.
+	exits []string
+}
+
+// relaySpec is how a slot's relay is started, the same on every restart.
+type relaySpec struct {
+	bin     string
+	i       int
+	env     []string
+	addr    string
+	metrics string // its metrics listener's address, when asked for
+	workDir string
+	logPath string
 }
 
 // relayProc is one relay child process.
@@ -42,6 +77,9 @@ type relayProc struct {
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	waitErr error         // set before done closes
+	// intended is set before the tester stops or kills the process, so
+	// that its exit is not taken for a crash.
+	intended atomic.Bool
 }
 
 type stackParams struct {
@@ -51,7 +89,12 @@ type stackParams struct {
 	replicas int
 	redis    string
 	wait     int
-	metrics  bool // give each relay a metrics listener
+	metrics  bool     // give each relay a metrics listener
+	env      []string // added to each relay's environment, last
+	memory   int64    // bytes; 0: no cap
+	// memoryMethod forces how the cap is enforced (capRlimitAS); empty
+	// takes the best available.
+	memoryMethod string
 }
 
 // findModuleRoot returns the directory of the go.mod around dir.
@@ -129,12 +172,24 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 	if p.wait > 60 {
 		env = append(env, "FN_MAX_WAIT_SECS="+strconv.Itoa(p.wait))
 	}
+	if p.memory > 0 {
+		// The runtime's own limit, so that the collector works harder
+		// before the kernel's limit is reached.
+		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(p.memory, 10))
+	}
+	// Last, so that they win over the defaults above (exec keeps the last
+	// value of a repeated key).
+	env = append(env, p.env...)
 	for i := range p.replicas {
+		sl, err := s.newSlot(p, i, env)
+		if err != nil {
+			return s, err
+		}
 		// One after another: each is ready (its migrations applied)
 		// before the next starts.
-		r, err := startRelay(ctx, p.bin, dir, i, env, p.metrics)
+		r, err := startRelay(ctx, sl.spec, sl.cap)
 		if r != nil {
-			s.relays = append(s.relays, r)
+			sl.cur = r
 		}
 		if err != nil {
 			return s, err
@@ -143,6 +198,45 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 		logger.Info("relay ready", "url", r.url, "pid", r.cmd.Process.Pid)
 	}
 	return s, nil
+}
+
+// newSlot picks the slot's ports and directories and makes its memory cap.
+func (s *stack) newSlot(p stackParams, i int, env []string) (*slot, error) {
+	sl := &slot{spec: relaySpec{bin: p.bin, i: i, env: env}}
+	s.mu.Lock()
+	s.slots = append(s.slots, sl)
+	s.mu.Unlock()
+	port, err := freePort()
+	if err != nil {
+		return sl, err
+	}
+	sl.spec.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if p.metrics {
+		mport, err := freePort()
+		if err != nil {
+			return sl, err
+		}
+		sl.spec.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
+	}
+	sl.spec.logPath = filepath.Join(s.dir, fmt.Sprintf("relay-%d.log", i))
+	sl.spec.workDir = filepath.Join(s.dir, fmt.Sprintf("relay-%d", i))
+	if err := os.Mkdir(sl.spec.workDir, 0o700); err != nil {
+		return sl, fmt.Errorf("relay dir: %w", err)
+	}
+	if p.memory > 0 {
+		// Named for this tester and stack, so that a group a killed tester
+		// left behind can be told apart and removed.
+		name := fmt.Sprintf("relay-loadtest-%d-%s-%d", os.Getpid(), strings.TrimPrefix(filepath.Base(s.dir), "relay-loadtest-"), i)
+		c, err := newMemCap(p.memory, name, p.memoryMethod)
+		if err != nil {
+			return sl, err
+		}
+		sl.cap = c
+		if c.warning != "" {
+			s.logger.Warn("relay memory cap is weaker than asked", "relay", i, "method", c.method, "warning", c.warning)
+		}
+	}
+	return sl, nil
 }
 
 // relayEnv keeps the parent's environment except its FN_* settings, which
@@ -157,39 +251,31 @@ func relayEnv(parent []string) []string {
 	return env
 }
 
-func startRelay(ctx context.Context, bin, dir string, i int, env []string, metrics bool) (*relayProc, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	env = append(append([]string{}, env...), "FN_LISTEN="+addr)
+// startRelay starts a relay as spec says, inside mc if there is one, and
+// waits until it is ready. Its log is appended to, so that every process a
+// slot had is in one file.
+func startRelay(ctx context.Context, spec relaySpec, mc *memCap) (*relayProc, error) {
+	env := append(append([]string{}, spec.env...), "FN_LISTEN="+spec.addr)
 	var metricsURL string
-	if metrics {
-		mport, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		maddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
-		env = append(env, "FN_METRICS_ADDR="+maddr)
-		metricsURL = "http://" + maddr + "/metrics"
+	if spec.metrics != "" {
+		env = append(env, "FN_METRICS_ADDR="+spec.metrics)
+		metricsURL = "http://" + spec.metrics + "/metrics"
 	}
-	logPath := filepath.Join(dir, fmt.Sprintf("relay-%d.log", i))
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(spec.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("relay log: %w", err)
 	}
 	defer logFile.Close()
-	workDir := filepath.Join(dir, fmt.Sprintf("relay-%d", i))
-	if err := os.Mkdir(workDir, 0o700); err != nil {
-		return nil, fmt.Errorf("relay dir: %w", err)
-	}
 
+	argv := []string{spec.bin, "serve"}
+	if mc != nil {
+		argv = mc.wrap(argv)
+	}
 	// Not CommandContext: the relay gets SIGTERM and time to drain, never a
 	// bare kill, and Ctrl-C at the terminal reaches only this process (the
 	// relay has its own process group) so that teardown stays in order.
-	cmd := exec.Command(bin, "serve")
-	cmd.Dir = workDir
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = spec.workDir
 	cmd.Env = env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -197,7 +283,7 @@ func startRelay(ctx context.Context, bin, dir string, i int, env []string, metri
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start relay: %w", err)
 	}
-	r := &relayProc{cmd: cmd, url: "http://" + addr, metrics: metricsURL, logPath: logPath, done: make(chan struct{})}
+	r := &relayProc{cmd: cmd, url: "http://" + spec.addr, metrics: metricsURL, logPath: spec.logPath, done: make(chan struct{})}
 	go func() {
 		r.waitErr = cmd.Wait()
 		close(r.done)
@@ -214,7 +300,7 @@ func (r *relayProc) awaitReady(ctx context.Context, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/ready", nil)
@@ -237,14 +323,43 @@ func (r *relayProc) awaitReady(ctx context.Context, limit time.Duration) error {
 	}
 }
 
+// exited reports whether the process has exited.
+func (r *relayProc) exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// usage is the process's CPU time and peak resident memory: from /proc
+// while it runs, from its rusage once it has been reaped.
+func (r *relayProc) usage() (cpu time.Duration, peak int64, err error) {
+	if r.exited() {
+		ru, ok := r.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		if !ok {
+			return 0, 0, errors.New("no rusage for the exited relay")
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Maxrss * 1024, nil
+	}
+	pid := r.cmd.Process.Pid
+	if cpu, err = procCPU(pid); err != nil {
+		return 0, 0, err
+	}
+	// VmHWM is the process's peak resident set, so nothing is missed
+	// between samples.
+	peak, err = procStatusBytes(pid, "VmHWM")
+	return cpu, peak, err
+}
+
 // stop sends SIGTERM and waits for a graceful exit; a relay that does not
 // exit in time is killed, and that is an error.
 func (r *relayProc) stop(limit time.Duration) error {
-	select {
-	case <-r.done:
+	if r.exited() {
 		return fmt.Errorf("relay %s had already exited: %v", r.url, r.waitErr)
-	default:
 	}
+	r.intended.Store(true)
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signal relay: %w", err)
 	}
@@ -263,23 +378,194 @@ func (r *relayProc) stop(limit time.Duration) error {
 	}
 }
 
-// stopRelays stops every relay and joins their errors.
-func (s *stack) stopRelays() error {
+// relay is replica i's process now.
+func (s *stack) relay(i int) *relayProc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots[i].cur
+}
+
+// replicas is how many relays the stack has.
+func (s *stack) replicas() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.slots)
+}
+
+// retire accounts for a slot's process that has exited; the caller holds
+// mu. An exit the tester did not cause is kept as a crash.
+func (sl *slot) retire(r *relayProc) {
+	if cpu, peak, err := r.usage(); err == nil {
+		sl.deadCPU += cpu
+		sl.deadPeak = max(sl.deadPeak, peak)
+	}
+	if !r.intended.Load() {
+		sl.exits = append(sl.exits, fmt.Sprintf("relay %d (pid %d) exited on its own: %v", sl.spec.i, r.cmd.Process.Pid, r.waitErr))
+	}
+}
+
+// crash kills replica i with SIGKILL, as a crash would, and after down
+// starts it again on the same port, data and settings. It returns when the
+// process was killed and when the new one first answered /ready with 200.
+func (s *stack) crash(ctx context.Context, i int, down time.Duration) (killed, ready time.Time, err error) {
+	s.mu.Lock()
+	sl := s.slots[i]
+	old := sl.cur
+	s.mu.Unlock()
+	if old == nil || old.exited() {
+		return time.Time{}, time.Time{}, fmt.Errorf("relay %d is not running, so it cannot be crashed", i)
+	}
+	old.intended.Store(true)
+	killed = time.Now()
+	if err := old.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return killed, time.Time{}, fmt.Errorf("kill relay %d: %w", i, err)
+	}
+	<-old.done
+	s.mu.Lock()
+	sl.retire(old)
+	sl.cur = nil
+	s.mu.Unlock()
+
+	if !sleepFor(ctx, down) {
+		return killed, time.Time{}, ctx.Err()
+	}
+	r, err := startRelay(ctx, sl.spec, sl.cap)
+	if r != nil {
+		s.mu.Lock()
+		sl.cur = r
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return killed, time.Time{}, fmt.Errorf("restart relay %d: %w", i, err)
+	}
+	s.logger.Info("relay restarted", "relay", i, "pid", r.cmd.Process.Pid, "down", time.Since(killed).Round(time.Millisecond))
+	return killed, time.Now(), nil
+}
+
+// usage sums the relays' CPU time, each slot's peak resident memory (the
+// highest any of its processes reached) and their resident memory now.
+func (s *stack) usage() (cpu time.Duration, peak, rss int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
-	for _, r := range s.relays {
-		if err := r.stop(20 * time.Second); err != nil {
+	for _, sl := range s.slots {
+		cpu += sl.deadCPU
+		slotPeak := sl.deadPeak
+		if r := sl.cur; r != nil {
+			c, p, err := r.usage()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			cpu += c
+			slotPeak = max(slotPeak, p)
+			if !r.exited() {
+				if b, err := procStatusBytes(r.cmd.Process.Pid, "VmRSS"); err == nil {
+					rss += b
+				}
+			}
+		}
+		peak += slotPeak
+	}
+	return cpu, peak, rss, errors.Join(errs...)
+}
+
+// unexpectedExits lists the relay exits the tester did not cause, including
+// a relay found dead at the end.
+func (s *stack) unexpectedExits() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, sl := range s.slots {
+		out = append(out, sl.exits...)
+	}
+	return out
+}
+
+// stopRelays stops every relay and joins their errors. It may be called
+// again; a relay already stopped is left alone.
+func (s *stack) stopRelays() error {
+	s.mu.Lock()
+	slots := slices.Clone(s.slots)
+	s.mu.Unlock()
+	var errs []error
+	for _, sl := range slots {
+		s.mu.Lock()
+		r, stopped := sl.cur, sl.stopped
+		sl.stopped = true
+		s.mu.Unlock()
+		if r == nil || stopped {
+			continue
+		}
+		err := r.stop(20 * time.Second)
+		if err != nil {
 			errs = append(errs, err)
 			s.logger.Error("relay stop", "err", err, "log_tail", tail(r.logPath, 10))
 		}
+		<-r.done
+		s.mu.Lock()
+		sl.retire(r)
+		sl.cur = nil
+		s.mu.Unlock()
 	}
-	s.relays = nil
 	return errors.Join(errs...)
 }
 
-// close tears everything down: relays, database, temp dir. It is safe to
-// call after stopRelays.
+// memory reports the relays' memory caps, after stopRelays: the limit
+// read back from the kernel at start, the peaks and the OOM kills.
+func (s *stack) memory(limit int64, applied int64) *report.Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := &report.Memory{LimitBytes: limit, AppliedBytes: applied, GoMemLimit: strconv.FormatInt(limit, 10)}
+	for _, sl := range s.slots {
+		m.PeakRSSBytes = max(m.PeakRSSBytes, sl.deadPeak)
+		if sl.cap == nil {
+			continue
+		}
+		m.Enforced = sl.cap.method
+		if sl.cap.warning != "" {
+			m.Warning = sl.cap.warning
+		}
+		peak, kills, err := sl.cap.stats()
+		if err != nil {
+			m.Warning = strings.TrimPrefix(m.Warning+"; ", "; ") + "OOM kills unknown: " + err.Error()
+		}
+		m.CgroupPeakBytes = max(m.CgroupPeakBytes, peak)
+		m.OOMKills += kills
+	}
+	// Under RLIMIT_AS the kernel kills nothing: the Go runtime dies of a
+	// failed allocation, and says so.
+	for _, sl := range s.slots {
+		if sl.cap != nil && sl.cap.method == capRlimitAS && len(sl.exits) > 0 &&
+			strings.Contains(tail(sl.spec.logPath, 200), "out of memory") {
+			m.OOMKills++
+		}
+	}
+	m.OOMKilled = m.OOMKills > 0
+	return m
+}
+
+// appliedLimit reads back from the kernel the memory limit replica 0's
+// process runs under.
+func (s *stack) appliedLimit() (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.slots) == 0 || s.slots[0].cap == nil || s.slots[0].cur == nil {
+		return 0, errors.New("no capped relay")
+	}
+	return s.slots[0].cap.applied(s.slots[0].cur.cmd.Process.Pid)
+}
+
+// close tears everything down: relays, memory cgroups, database, temp
+// dir. It is safe to call after stopRelays.
 func (s *stack) close(ctx context.Context) error {
 	errs := []error{s.stopRelays()}
+	s.mu.Lock()
+	for _, sl := range s.slots {
+		if sl.cap != nil {
+			errs = append(errs, sl.cap.remove())
+		}
+	}
+	s.mu.Unlock()
 	if s.dropDB != nil {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		errs = append(errs, s.dropDB(ctx))

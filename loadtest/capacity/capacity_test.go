@@ -219,3 +219,115 @@ func TestSpliceNeedsMarkers(t *testing.T) {
 		}
 	}
 }
+
+// newerReports are reports with what the newer modes measure: a pair of
+// idle populations, crashes, a hostile flood under a memory cap, replicas
+// with Redis figures.
+func newerReports() map[string]*report.Report {
+	idleSmall := sample("pg-idle-1000x10", "postgres", 1000, 10)
+	idleSmall.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 1000, RSSBytes: 60_000_000}
+	idleLarge := sample("pg-idle-10000x10", "postgres", 10000, 10)
+	idleLarge.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 10000, RSSBytes: 420_000_000}
+	// Alone in its group (another rate): no slope.
+	busy := sample("pg-1000x100", "postgres", 1000, 100)
+	busy.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 1000, RSSBytes: 90_000_000}
+
+	crash := sample("sqlite-crash-1000x100", "sqlite", 1000, 100)
+	crash.Config.AckMode = "explicit"
+	crash.Config.CrashAtSeconds = []float64{20, 40}
+	crash.Config.CrashReplica = "all"
+	crash.Crashes = []report.Crash{{AtSeconds: 20.001, Replicas: []int{0}, DownMS: 312.5, AcksAtRisk: 3}, {AtSeconds: 40, Replicas: []int{0}, DownMS: 1250}}
+	crash.Redelivered = 5
+	crash.Retried = map[string]int{"poll transport": 1000, "send transport": 2}
+	// A faster one than the plain row would have been: it must not stand
+	// in for it.
+	crash.LatencyMS.AcceptedToReturned.P50 = 0.1
+
+	hostile := sample("hostile-1000x100", "sqlite", 1000, 100)
+	hostile.Config.Hostile = 200
+	hostile.Config.RelayMemoryBytes = 256 << 20
+	hostile.Config.RelayEnv = []string{"FN_BODY_TIMEOUT=30s"}
+	hostile.Hostile = &report.Hostile{Connections: 200, Requests: 52000, CloseLimitSeconds: 40,
+		Outcomes: map[string]map[string]int{
+			"token forged":                     {"401 unauthorized": 900},
+			"unsent body (chunked), GET /live": {"200 +closed": 300},
+		}}
+	hostile.Memory = &report.Memory{LimitBytes: 256 << 20, Enforced: "cgroup v1", AppliedBytes: 256 << 20,
+		GoMemLimit: "268435456", PeakRSSBytes: 150_000_000, CgroupPeakBytes: 170_000_000}
+
+	replicas := sample("pg-2replicas-20000x100", "postgres", 20000, 100)
+	replicas.Replicas = 2
+	replicas.Config.RelayEnv = []string{"FN_REDIS_MAX_CONNECTIONS_PER_LOOP=8"}
+	replicas.Redis = &report.Redis{ClientsBefore: 3, ClientsMedian: 35, ClientsPeak: 36, Samples: 62}
+
+	return map[string]*report.Report{
+		"pg-idle-1000x10.json": idleSmall, "pg-idle-10000x10.json": idleLarge, "pg-1000x100.json": busy,
+		"sqlite-crash-1000x100.json": crash, "hostile-1000x100.json": hostile, "pg-2replicas-20000x100.json": replicas,
+	}
+}
+
+func renderFixture(t *testing.T, reports map[string]*report.Report) string {
+	t.Helper()
+	evidence, doc := fixture(t, reports)
+	if err := run([]string{"-evidence", evidence, "-doc", doc}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRenderNewerEvidence: the slope of memory per held poll comes from the
+// two idle populations, and each newer figure has its table. A run with a
+// crash, a flood, a cap or changed settings is not an ordinary run, so it
+// never stands in the comparison with the original relay; letting every
+// run in (dropping Plain from compareRows) turned this test red.
+func TestRenderNewerEvidence(t *testing.T) {
+	got := renderFixture(t, newerReports())
+	for _, want := range []string{
+		"#### Memory per held poll",
+		// (420,000,000 - 60,000,000) / 9,000 / 1024 = 39.06 KiB
+		"| postgres | 1 | 10/s | pg-idle-1000x10, pg-idle-10000x10 | 1,000 → 10,000 | 60 MB → 420 MB | 39.1 KiB |",
+		"#### Crashes",
+		"| sqlite-crash-1000x100 | sqlite | 1 | explicit | 20.0 s, the relay, back in 312 ms; 40.0 s, the relay, back in 1.25 s | 6,000 | 6,000 | 0 | 0 | 5 | poll transport: 1000; send transport: 2 |",
+		"#### Hostile requests",
+		"| hostile-1000x100 | 200 | 52,000 | 40.0 s | 0 |",
+		"| hostile-1000x100 | token forged | 900 | 401 unauthorized: 900 |",
+		"| hostile-1000x100 | unsent body (chunked), GET /live | 300 | 200 +closed: 300 |",
+		"#### Memory limit",
+		"| hostile-1000x100 | 256 MiB | cgroup v1 | 256 MiB | 150 MB | 170 MB | no |",
+		"#### Redis connections",
+		"| pg-2replicas-20000x100 | 2 | 3 | 35 | 36 | 62 |",
+		"#### Relay settings changed",
+		"| pg-2replicas-20000x100 | `FN_REDIS_MAX_CONNECTIONS_PER_LOOP=8` |",
+		// Neither the crash run nor the flood stands in for the plain
+		// 1,000 x 100/s row on SQLite.
+		"| 1,000 | 100/s | 18 ms / 38 ms / 1.0 s | not run | 0.4 ms / 2.5 ms / 12 ms |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("page lacks %q\n%s", want, got)
+		}
+	}
+	// The busy run has a steady state but no partner at its rate.
+	if strings.Contains(got, "| postgres | 1 | 100/s |") {
+		t.Errorf("a slope from a single population:\n%s", got)
+	}
+}
+
+// TestRenderOlderEvidenceHasNoNewerTables: reports without the newer
+// figures render the page they always did, with no empty tables for what
+// they never measured. TestPageMatchesEvidence holds the real page to the
+// same.
+func TestRenderOlderEvidenceHasNoNewerTables(t *testing.T) {
+	got := renderFixture(t, map[string]*report.Report{
+		"sqlite-1000x100.json": sample("sqlite-1000x100", "sqlite", 1000, 100),
+		"pg-2000x150.json":     sample("pg-2000x150", "postgres", 2000, 150),
+	})
+	for _, header := range []string{"Memory per held poll", "Crashes", "Hostile requests", "Memory limit", "Redis connections", "Relay settings changed"} {
+		if strings.Contains(got, "#### "+header) {
+			t.Errorf("page has a %q table without evidence for it", header)
+		}
+	}
+}

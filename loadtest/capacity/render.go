@@ -76,6 +76,8 @@ func render(entries []entry) []byte {
 		"Refused", "Errors", "Started → returned p99", "Send request p50 / p99", "Tester CPU", "Date"},
 		"llllrrrrllrrrl", rows)
 
+	renderNew(&b, entries)
+
 	b.WriteString("\n#### Where they ran\n\n")
 	rows = rows[:0]
 	for _, m := range machines(entries) {
@@ -95,7 +97,7 @@ func compareRows(entries []entry) [][]string {
 			var match *entry
 			for i, e := range entries {
 				c := e.r.Config
-				if e.r.Store == store && e.r.Replicas == 1 && !c.Herd && c.WaitSeconds == 20 &&
+				if e.r.Store == store && e.r.Replicas == 1 && !c.Herd && c.WaitSeconds == 20 && c.Plain() &&
 					c.Pairs == o.pairs && c.Rate == o.rate && (match == nil || e.r.Date.After(match.r.Date)) {
 					match = &entries[i]
 				}

@@ -67,6 +67,109 @@ type Report struct {
 	Relay     Relay     `json:"relay"`
 	// LoadTester is the tester's own cost: it shares the machine.
 	LoadTester Process `json:"loadtester"`
+
+	// The fields below are newer than the first reports and absent from
+	// them; the capacity page shows them only where a report has them.
+
+	// Redelivered are arrivals of an envelope already received, with the
+	// same id and seq, after a crash, under -ack explicit: the relay lost
+	// the acknowledgement with the crash and handed the envelope again,
+	// as it may. They are not duplicates and do not fail the run.
+	Redelivered int `json:"redelivered,omitempty"`
+	// RedeliveryNote says why a run with -ack explicit and crashes saw no
+	// redelivery.
+	RedeliveryNote string `json:"redelivery_note,omitempty"`
+	// Retried are requests that failed while a relay was down for a crash
+	// (from the kill until a second after it answered again), by kind; the
+	// client retried them, and they are not errors.
+	Retried map[string]int `json:"retried,omitempty"`
+	// Crashes are the relay crashes the tester caused.
+	Crashes []Crash `json:"crashes,omitempty"`
+	// HeldPollsEnd is the tester's count of polls in flight when the
+	// offered window ended.
+	HeldPollsEnd int `json:"held_polls_end,omitempty"`
+	// Steady is the relay's memory while the population held still.
+	Steady  *Steady  `json:"steady,omitempty"`
+	Hostile *Hostile `json:"hostile,omitempty"`
+	Memory  *Memory  `json:"memory_limit,omitempty"`
+	Redis   *Redis   `json:"redis,omitempty"`
+}
+
+// Crash is one crash of the relay the tester caused: SIGKILL, then a
+// restart on the same data and port.
+type Crash struct {
+	// AtSeconds is the kill, after the first scheduled send.
+	AtSeconds float64 `json:"at_seconds"`
+	// Replicas are the relays killed (0-based).
+	Replicas []int `json:"replicas"`
+	// DownMS is from the kill to the first 200 from /ready of the
+	// restarted relay (the slowest, when several were killed).
+	DownMS float64 `json:"down_ms"`
+	// AcksAtRisk are the acknowledgements the relay answered within its
+	// ack interval before the kill (-ack explicit): the ones a crash may
+	// lose.
+	AcksAtRisk int `json:"acks_at_risk,omitempty"`
+	// Error says why the relay did not come back, if it did not.
+	Error string `json:"error,omitempty"`
+}
+
+// Steady is sampled every second over the second half of the offered
+// window, when every poll of the run is long held: medians, so that a
+// garbage collection does not decide the figure.
+type Steady struct {
+	FromSeconds float64 `json:"from_seconds"` // after the first scheduled send
+	ToSeconds   float64 `json:"to_seconds"`
+	Samples     int     `json:"samples"`
+	// HeldPolls is the tester's count of polls in flight.
+	HeldPolls int `json:"held_polls"`
+	// RSSBytes is the relay processes' resident memory, summed.
+	RSSBytes int64 `json:"rss_bytes"`
+}
+
+// Hostile is what the hostile connections sent and what came back.
+type Hostile struct {
+	Connections int `json:"connections"`
+	Requests    int `json:"requests"`
+	// Outcomes counts each kind of request by what the relay did:
+	// "<status>" or "<status> <limit>", "+closed" when it closed the
+	// connection, "no answer" when it only closed it.
+	Outcomes map[string]map[string]int `json:"outcomes"`
+	// Failures are outcomes that fail the run, by "<kind>: <what>": a 5xx
+	// other than 503, a hostile request accepted, a connection the relay
+	// did not close within CloseLimitSeconds.
+	Failures map[string]int `json:"failures,omitempty"`
+	// CloseLimitSeconds is how long the relay had to close a connection
+	// whose request never finished: its body timeout plus slack.
+	CloseLimitSeconds float64 `json:"close_limit_seconds"`
+}
+
+// Memory is the memory cap the relays ran under.
+type Memory struct {
+	LimitBytes int64 `json:"limit_bytes"`
+	// Enforced is how: "cgroup v2", "cgroup v1", or "rlimit as" (address
+	// space, a weak fallback).
+	Enforced string `json:"enforced"`
+	// AppliedBytes is the limit read back from the kernel for the running
+	// relay (the cgroup's limit, or its address-space limit).
+	AppliedBytes int64  `json:"applied_bytes"`
+	GoMemLimit   string `json:"gomemlimit"`
+	Warning      string `json:"warning,omitempty"`
+	// PeakRSSBytes is the highest peak (VmHWM) of any relay process.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// CgroupPeakBytes is the cgroup's own peak, page cache included.
+	CgroupPeakBytes int64 `json:"cgroup_peak_bytes,omitempty"`
+	OOMKills        int   `json:"oom_kills"`
+	OOMKilled       bool  `json:"oom_killed"`
+}
+
+// Redis is Redis's connected_clients (INFO clients), sampled every second
+// while the relays ran. Other users of the same server count too, so the
+// figure before the relays started is the baseline.
+type Redis struct {
+	ClientsBefore int `json:"connected_clients_before"`
+	ClientsMedian int `json:"connected_clients_median"`
+	ClientsPeak   int `json:"connected_clients_peak"`
+	Samples       int `json:"samples"`
 }
 
 // Git says which code ran. A dirty tree means the commit alone does not
@@ -85,6 +188,8 @@ type Machine struct {
 	OpenFileSoft  uint64 `json:"open_file_limit"`
 	OpenFileHard  uint64 `json:"open_file_limit_hard"`
 	RelayOpenFile uint64 `json:"relay_open_file_limit,omitempty"`
+	// EphemeralPorts is the kernel's local port range, "32768-60999".
+	EphemeralPorts string `json:"ephemeral_ports,omitempty"`
 }
 
 // Config is what was asked for.
@@ -98,6 +203,30 @@ type Config struct {
 	Codec           string  `json:"codec"`
 	Herd            bool    `json:"herd"`
 	DrainSeconds    float64 `json:"drain_seconds"`
+
+	// AckMode is "cursor" or "explicit"; absent in older reports, which
+	// all acknowledged by cursor.
+	AckMode        string    `json:"ack_mode,omitempty"`
+	CrashAtSeconds []float64 `json:"crash_at_seconds,omitempty"`
+	// CrashReplica is the replica -crash killed, "all" for every one.
+	CrashReplica string `json:"crash_replica,omitempty"`
+	// CrashDownSeconds is how long a killed relay stayed down before its
+	// restart began.
+	CrashDownSeconds float64  `json:"crash_down_seconds,omitempty"`
+	Hostile          int      `json:"hostile,omitempty"`
+	RelayMemoryBytes int64    `json:"relay_memory_bytes,omitempty"`
+	RelayEnv         []string `json:"relay_env,omitempty"`
+	// SourceAddresses is how many loopback source addresses the pairs'
+	// connections were spread over.
+	SourceAddresses int `json:"source_addresses,omitempty"`
+}
+
+// Plain reports whether c is an ordinary run: no crash, no hostile load, no
+// memory cap, no relay settings changed, acknowledgements by cursor. Only
+// plain runs stand beside each other in the comparison tables.
+func (c Config) Plain() bool {
+	return len(c.CrashAtSeconds) == 0 && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
+		len(c.RelayEnv) == 0 && (c.AckMode == "" || c.AckMode == "cursor")
 }
 
 // Latencies are the run's latency distributions, in milliseconds.
@@ -214,11 +343,23 @@ func (r *Report) Line() string {
 		verdict, r.Name, r.Store, r.Replicas, r.Config.Pairs, r.HeldPolls, r.OfferedRate, r.AchievedRate)
 	fmt.Fprintf(&b, " accepted=%d refused=%d delivered=%d lost=%d dup=%d reordered=%d unexpected=%d errors=%d late=%d",
 		r.Accepted, sum(r.Refused), r.Delivered, r.Lost, r.Duplicates, r.Reordered, r.Unexpected, sum(r.Errors), r.LateSends)
+	if r.Redelivered > 0 {
+		fmt.Fprintf(&b, " redelivered=%d", r.Redelivered)
+	}
+	if len(r.Crashes) > 0 {
+		fmt.Fprintf(&b, " crashes=%d", len(r.Crashes))
+	}
+	if h := r.Hostile; h != nil {
+		fmt.Fprintf(&b, " hostile=%d requests, %d failed", h.Requests, sum(h.Failures))
+	}
 	fmt.Fprintf(&b, " accepted->returned p50=%s p95=%s p99=%s max=%s",
 		FormatMS(l.P50), FormatMS(l.P95), FormatMS(l.P99), FormatMS(l.Max))
 	if r.Relay.Source != "" {
 		fmt.Fprintf(&b, " relay cpu=%.1fs (%.2f cores) rss=%s",
 			r.Relay.CPUSeconds, Cores(r), FormatBytes(r.Relay.PeakRSSBytes))
+	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintf(&b, " cap=%s (%s) oom_killed=%v", FormatBytes(m.LimitBytes), m.Enforced, m.OOMKilled)
 	}
 	return b.String()
 }

@@ -81,3 +81,23 @@ func TestFormat(t *testing.T) {
 		t.Errorf("FormatBytes = %q", got)
 	}
 }
+
+func TestPlain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    Config
+		want bool
+	}{
+		{"older report", Config{}, true},
+		{"cursor acks", Config{AckMode: "cursor"}, true},
+		{"explicit acks", Config{AckMode: "explicit"}, false},
+		{"crash", Config{CrashAtSeconds: []float64{20}}, false},
+		{"hostile", Config{Hostile: 1}, false},
+		{"memory cap", Config{RelayMemoryBytes: 1 << 28}, false},
+		{"relay settings", Config{RelayEnv: []string{"FN_ACK_INTERVAL=1s"}}, false},
+	} {
+		if got := tc.c.Plain(); got != tc.want {
+			t.Errorf("%s: Plain() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lenientRelay is a fake relay that accepts everything: every request is
+// answered 200 (a send 202, the /ready probe 500) before its body is read,
+// and no connection is ever closed by it.
+func lenientRelay(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						// Hold the connection open, as a careless server
+						// would, until the test ends.
+						_, _ = io.Copy(io.Discard, c)
+						return
+					}
+					status := "200 OK"
+					switch req.URL.Path {
+					case "/ready":
+						status = "500 Internal Server Error"
+					case "/v1/send":
+						status = "202 Accepted"
+					}
+					if _, err := io.WriteString(c, "HTTP/1.1 "+status+"\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+						return
+					}
+					// Then the body, however long it takes to come.
+					_, _ = io.Copy(io.Discard, req.Body)
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// TestHostileCatchesALenientRelay runs the hostile connections against a
+// relay that accepts forged tokens and malformed bodies, keeps connections
+// whose body never comes open, and fails its readiness probe with a 500:
+// each of those must be a failure of its own kind. Judging only by status
+// (dropping the "accepted" check in answerOutcome), or not waiting for the
+// close in stall, turned this test red.
+func TestHostileCatchesALenientRelay(t *testing.T) {
+	r := testRunner(t, []string{lenientRelay(t)}, 1)
+	h := newHostile(r, &config{hostile: 2})
+	h.closeLimit = 300 * time.Millisecond
+	h.burstFor = 200 * time.Millisecond
+	h.householdRate, h.householdBurst = 1, 5
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.run(ctx, time.Now())
+	if ctx.Err() != nil {
+		t.Fatal("the hostile connections did not stop once every kind was sent")
+	}
+	got := h.summary()
+	for _, want := range []string{
+		"token forged: accepted",
+		"token alg none: accepted",
+		"token HS256: accepted",
+		"token expired: accepted",
+		"msgpack send, payload declared bin32 4 GiB: accepted",
+		"msgpack send, 95,000 nested arrays: accepted",
+		"json send, trailing bytes: accepted",
+		"unsent body (content-length), GET /live: connection not closed within 300ms",
+		"unsent body (chunked), POST /v1/send without token: accepted; connection not closed within 300ms",
+		"send body stalls halfway (content-length): accepted; connection not closed within 300ms",
+		"ready flood: 5xx",
+		"household burst: household bucket never refused",
+	} {
+		if got.Failures[want] == 0 {
+			t.Errorf("no failure %q; failures:\n%s", want, failureList(got.Failures))
+		}
+	}
+	for _, k := range hostileKinds {
+		if len(got.Outcomes[k.name]) == 0 {
+			t.Errorf("kind %q never sent", k.name)
+		}
+	}
+}
+
+// TestBurstWithinTheBucketIsNoFailure: a burst that the bucket may let
+// through in full is not held against the relay.
+func TestBurstWithinTheBucketIsNoFailure(t *testing.T) {
+	r := testRunner(t, []string{lenientRelay(t)}, 1)
+	h := newHostile(r, &config{hostile: 1})
+	h.closeLimit = time.Second
+	h.burstFor = 100 * time.Millisecond
+	h.householdRate, h.householdBurst = 1, 1e9
+	w := &hworker{h: h, target: h.targets[0]}
+	w.mintTokens()
+	defer w.closeConn()
+	w.burst(context.Background(), "household burst")
+	got := h.summary()
+	if len(got.Failures) != 0 || got.Outcomes["household burst"]["bucket not emptied in time"] != 1 {
+		t.Errorf("outcomes %v failures %v", got.Outcomes, got.Failures)
+	}
+}
+
+func failureList(m map[string]int) string {
+	var b strings.Builder
+	for k, n := range m {
+		b.WriteString("  " + k + ": " + strconv.Itoa(n) + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// How a relay's memory cap is enforced.
+const (
+	capCgroupV2 = "cgroup v2"
+	capCgroupV1 = "cgroup v1"
+	capRlimitAS = "rlimit as"
+)
+
+// asAllowance is added to the cap under RLIMIT_AS. That limit counts
+// address space, not resident memory, and a Go process reserves far more
+// than it touches (about 600 MiB for the page allocator's summaries alone,
+// 8 MiB per thread): a relay under RLIMIT_AS equal to its cap does not
+// start at all.
+const asAllowance = 2 << 30
+
+// memCap is a kernel-enforced memory limit for one relay slot: a cgroup of
+// its own, or an address-space limit when no memory cgroup can be made.
+// Restarts of the slot run inside the same cap.
+type memCap struct {
+	limit  int64  // the cap asked for, bytes
+	method string // capCgroupV2, capCgroupV1 or capRlimitAS
+	dir    string // the cgroup's directory; empty under RLIMIT_AS
+	// warning says why the cap is weaker than asked, if it is.
+	warning string
+}
+
+// newMemCap makes the cap for one relay. name must be unique on the
+// machine. force is "" to take the best method available, or capRlimitAS.
+func newMemCap(limit int64, name, force string) (*memCap, error) {
+	if force == capRlimitAS {
+		return rlimitCap(limit, "asked for"), nil
+	}
+	var reasons []string
+	for _, try := range []func(int64, string) (*memCap, error){cgroupV2Cap, cgroupV1Cap} {
+		m, err := try(limit, name)
+		if err == nil {
+			return m, nil
+		}
+		reasons = append(reasons, err.Error())
+	}
+	return rlimitCap(limit, strings.Join(reasons, "; ")), nil
+}
+
+func rlimitCap(limit int64, why string) *memCap {
+	return &memCap{
+		limit:  limit,
+		method: capRlimitAS,
+		warning: fmt.Sprintf("no memory cgroup (%s): the relay runs under RLIMIT_AS of the cap plus %d GiB, which bounds address space, not resident memory, so only GOMEMLIMIT holds it near the cap",
+			why, asAllowance>>30),
+	}
+}
+
+// cgroupV1Cap makes a child of this process's memory cgroup on a v1
+// hierarchy and sets its limit.
+func cgroupV1Cap(limit int64, name string) (*memCap, error) {
+	parent, err := ownCgroupDir(1)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	m := &memCap{limit: limit, method: capCgroupV1, dir: dir}
+	if err := writeFile(filepath.Join(dir, "memory.limit_in_bytes"), limit); err != nil {
+		_ = m.remove()
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	// Swap counts too where the kernel accounts it; absent without swap
+	// accounting, which is fine.
+	_ = writeFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit)
+	return m, nil
+}
+
+// cgroupV2Cap makes a child of this process's cgroup on the unified
+// hierarchy, where the memory controller must be delegated to it.
+func cgroupV2Cap(limit int64, name string) (*memCap, error) {
+	parent, err := ownCgroupDir(2)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2: %w", err)
+	}
+	ctrl, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil || !slices.Contains(strings.Fields(string(ctrl)), "memory") {
+		return nil, errors.New("cgroup v2: the memory controller is not available here")
+	}
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroup v2: %w", err)
+	}
+	m := &memCap{limit: limit, method: capCgroupV2, dir: dir}
+	if _, err := os.Stat(filepath.Join(dir, "memory.max")); err != nil {
+		// Children get the controller only when the parent hands it down,
+		// which a cgroup holding processes may not do.
+		_ = os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0o644)
+	}
+	if err := writeFile(filepath.Join(dir, "memory.max"), limit); err != nil {
+		_ = m.remove()
+		return nil, fmt.Errorf("cgroup v2: memory not delegated to children: %w", err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0o644)
+	return m, nil
+}
+
+// wrap returns the command that runs argv inside the cap. A shell puts
+// itself in the cgroup (or lowers its own limit) and then execs the relay,
+// so the relay is capped from its first allocation and keeps the shell's
+// pid.
+func (m *memCap) wrap(argv []string) []string {
+	if m.method == capRlimitAS {
+		kib := strconv.FormatInt((m.limit+asAllowance)>>10, 10)
+		return append([]string{"/bin/sh", "-c", `ulimit -v "$1" && shift && exec "$@"`, "sh", kib}, argv...)
+	}
+	procs := filepath.Join(m.dir, "cgroup.procs")
+	return append([]string{"/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", procs}, argv...)
+}
+
+// applied reads back the limit the kernel enforces on pid: its cgroup's
+// limit, or its address-space limit.
+func (m *memCap) applied(pid int) (int64, error) {
+	if m.method == capRlimitAS {
+		return procLimit(pid, "Max address space")
+	}
+	dir, err := pidCgroupDir(pid, map[string]int{capCgroupV1: 1, capCgroupV2: 2}[m.method])
+	if err != nil {
+		return 0, err
+	}
+	if dir != m.dir {
+		return 0, fmt.Errorf("pid %d is in cgroup %s, not %s", pid, dir, m.dir)
+	}
+	file := "memory.limit_in_bytes"
+	if m.method == capCgroupV2 {
+		file = "memory.max"
+	}
+	return readInt(filepath.Join(dir, file))
+}
+
+// stats returns the cgroup's peak usage (0 when the kernel does not keep
+// it, or under RLIMIT_AS) and how many processes the kernel killed in it
+// for want of memory.
+func (m *memCap) stats() (peak int64, oomKills int, err error) {
+	switch m.method {
+	case capCgroupV1:
+		peak, _ = readInt(filepath.Join(m.dir, "memory.max_usage_in_bytes"))
+		n, err := keyedInt(filepath.Join(m.dir, "memory.oom_control"), "oom_kill")
+		return peak, int(n), err
+	case capCgroupV2:
+		peak, _ = readInt(filepath.Join(m.dir, "memory.peak"))
+		n, err := keyedInt(filepath.Join(m.dir, "memory.events"), "oom_kill")
+		return peak, int(n), err
+	}
+	return 0, 0, nil
+}
+
+// remove deletes the cgroup; its processes must have exited.
+func (m *memCap) remove() error {
+	if m.dir == "" {
+		return nil
+	}
+	if err := os.Remove(m.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cgroup %s: %w", m.dir, err)
+	}
+	return nil
+}
+
+// ownCgroupDir is where this process's cgroup is mounted: version 1 looks
+// for the memory controller's hierarchy, version 2 for the unified one.
+func ownCgroupDir(version int) (string, error) {
+	return pidCgroupDir(os.Getpid(), version)
+}
+
+func pidCgroupDir(pid, version int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", err
+	}
+	path, found := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		v1Memory := slices.Contains(strings.Split(parts[1], ","), "memory")
+		if (version == 1 && v1Memory) || (version == 2 && parts[0] == "0" && parts[1] == "") {
+			path, found = parts[2], true
+			break
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("pid %d has no cgroup v%d memory hierarchy", pid, version)
+	}
+	mount, root, err := cgroupMount(version)
+	if err != nil {
+		return "", err
+	}
+	rel, ok := strings.CutPrefix(path, root)
+	if !ok {
+		return "", fmt.Errorf("cgroup %s lies outside the mounted %s", path, root)
+	}
+	return filepath.Join(mount, rel), nil
+}
+
+// cgroupMount finds the hierarchy's mount point and the cgroup path
+// mounted there, from /proc/self/mountinfo.
+func cgroupMount(version int) (mount, root string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent dev root mountpoint options [optional...] - fstype source superoptions
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if len(a) < 5 || len(b) < 3 {
+			continue
+		}
+		switch {
+		case version == 2 && b[0] == "cgroup2",
+			version == 1 && b[0] == "cgroup" && slices.Contains(strings.Split(b[2], ","), "memory"):
+			return unescapeMount(a[4]), unescapeMount(a[3]), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", err
+	}
+	return "", "", fmt.Errorf("no cgroup v%d memory hierarchy is mounted", version)
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func writeFile(path string, n int64) error {
+	return os.WriteFile(path, []byte(strconv.FormatInt(n, 10)), 0o644)
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// keyedInt reads "key N" from a file of such lines (memory.events,
+// memory.oom_control).
+func keyedInt(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", path, key)
+}
+
+// procLimit reads the soft value of a /proc/<pid>/limits row, in bytes for
+// the memory rows; -1 when unlimited.
+func procLimit(pid int, row string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, row); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			if f[0] == "unlimited" {
+				return -1, nil
+			}
+			return strconv.ParseInt(f[0], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/limits: no %s", pid, row)
+}
