@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -228,5 +231,41 @@ func TestHoldIsJittered(t *testing.T) {
 		if len(seen) < 5 {
 			t.Fatalf("wait %v: deadlines hardly vary: %v", wait, seen)
 		}
+	}
+}
+
+// TestShutdownBeforeServe: a Shutdown that comes before Serve has started
+// (a signal in the first instant after start) makes Serve return at once
+// instead of serving for ever. Without the shut flag Serve did not return
+// (tried).
+func TestShutdownBeforeServe(t *testing.T) {
+	cfg := DefaultConfig()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.IssuerKeys = []ed25519.PublicKey{pub}
+	base := newHarness(t, nil)
+	srv, err := New(cfg, Deps{Store: base.db, Hub: newLocalHub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve after Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		ln.Close()
+		t.Fatal("Serve after Shutdown went on serving")
 	}
 }

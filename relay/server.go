@@ -85,6 +85,7 @@ type Server struct {
 	afterFirstRead func(k wake.Key)
 
 	mu   sync.Mutex
+	shut bool // Shutdown has begun; a later Serve serves nothing
 	http *http.Server
 	done chan struct{}
 }
@@ -261,6 +262,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		// deadline; request bodies get a read deadline in guardBody.
 	}
 	s.mu.Lock()
+	if s.shut {
+		// Shutdown came first: serve nothing, as if it had come after.
+		s.mu.Unlock()
+		ln.Close()
+		<-s.done
+		return nil
+	}
 	s.http = srv
 	s.mu.Unlock()
 	err := srv.Serve(ln)
@@ -295,6 +303,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		defer s.fleet.close()
 	}
 	s.mu.Lock()
+	s.shut = true
 	srv := s.http
 	s.mu.Unlock()
 	if srv == nil {
