@@ -38,6 +38,11 @@ func TestAdmission(t *testing.T) {
 		c.SendInflight, c.SendBurst, c.SendRate = inflight, burst, 0.001
 	})
 	phone := h.register("home", "phone")
+	// The held sends go to devices of their own: sends to one device reach
+	// the store one at a time (the per-device gate).
+	for i := range inflight {
+		h.register("home", fmt.Sprint("d", i))
+	}
 
 	var (
 		mu          sync.Mutex
@@ -45,8 +50,8 @@ func TestAdmission(t *testing.T) {
 		refused     int
 		retryAfters = map[string]int{}
 	)
-	send := func(id string) {
-		r, err := h.do(context.Background(), "POST", "/v1/send", phone, map[string]any{"id": id, "to": []string{"phone"}, "payload": []byte(id)})
+	send := func(id, to string) {
+		r, err := h.do(context.Background(), "POST", "/v1/send", phone, map[string]any{"id": id, "to": []string{to}, "payload": []byte(id)})
 		if err != nil {
 			t.Error(err)
 			return
@@ -75,14 +80,14 @@ func TestAdmission(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range inflight {
 		wg.Add(1)
-		go func() { defer wg.Done(); send(fmt.Sprint("held", i)) }()
+		go func() { defer wg.Done(); send(fmt.Sprint("held", i), fmt.Sprint("d", i)) }()
 	}
 	for range inflight {
 		<-gs.entered
 	}
 	// Everything now is refused for being in flight, at once.
 	for i := range 20 {
-		send(fmt.Sprint("over", i))
+		send(fmt.Sprint("over", i), "phone")
 	}
 	if got := testutil.ToFloat64(h.srv.metrics.refusals.WithLabelValues(refusedInflight)); got != 20 {
 		t.Fatalf("in-flight refusals = %v, want 20", got)
@@ -93,7 +98,7 @@ func TestAdmission(t *testing.T) {
 	// Then a flood past the bucket: burst-inflight tokens are left.
 	for i := range 200 {
 		wg.Add(1)
-		go func() { defer wg.Done(); send(fmt.Sprint("flood", i)) }()
+		go func() { defer wg.Done(); send(fmt.Sprint("flood", i), "phone") }()
 	}
 	wg.Wait()
 	// The concurrent flood meets both limits; the bucket caps the total.
@@ -111,19 +116,25 @@ func TestAdmission(t *testing.T) {
 	}
 	// Every accepted send is delivered, once; nothing refused is.
 	got := map[string]bool{}
-	var cursor int64
-	for {
-		p := h.poll(phone, fmt.Sprintf("cursor=%d", cursor))
-		if len(p.Envelopes) == 0 {
-			break
+	for i := -1; i < inflight; i++ {
+		tok := phone
+		if i >= 0 {
+			tok = h.token("home", fmt.Sprint("d", i))
 		}
-		for _, e := range p.Envelopes {
-			if got[e.ID] || !accepted[e.ID] {
-				t.Fatalf("delivered %s twice or without accepting it", e.ID)
+		var cursor int64
+		for {
+			p := h.poll(tok, fmt.Sprintf("cursor=%d", cursor))
+			if len(p.Envelopes) == 0 {
+				break
 			}
-			got[e.ID] = true
+			for _, e := range p.Envelopes {
+				if got[e.ID] || !accepted[e.ID] {
+					t.Fatalf("delivered %s twice or without accepting it", e.ID)
+				}
+				got[e.ID] = true
+			}
+			cursor = p.Cursor
 		}
-		cursor = p.Cursor
 	}
 	if len(got) != len(accepted) {
 		t.Fatalf("delivered %d of %d accepted sends", len(got), len(accepted))

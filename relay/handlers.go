@@ -21,7 +21,7 @@ import (
 	"github.com/flamenet/relay/wake"
 )
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, c token.Claims) error
+type handlerFunc func(w http.ResponseWriter, r *http.Request, c *token.Claims) error
 
 // authed verifies the bearer token, checks the names it carries and that its
 // device was not removed after it was issued, then runs h and turns its
@@ -41,30 +41,31 @@ func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
+func (s *Server) authenticate(r *http.Request) (*token.Claims, error) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || len(r.Header.Values("Authorization")) != 1 {
-		return token.Claims{}, s.refuseToken(r, refusedMissing, nil)
+		return nil, s.refuseToken(r, refusedMissing, nil)
 	}
 	raw = strings.TrimSpace(raw)
 	now := s.now()
 	c, ok := s.verified.get(raw, now)
 	if !ok {
-		var err error
-		if c, err = offload(func() (token.Claims, error) { return token.Verify(raw, s.keys, now) }); err != nil {
-			return token.Claims{}, s.refuseToken(r, tokenRefusal(err), err)
+		v, err := offload(func() (token.Claims, error) { return token.Verify(raw, s.keys, now) })
+		if err != nil {
+			return nil, s.refuseToken(r, tokenRefusal(err), err)
 		}
+		c = &v
 		s.verified.put(raw, c)
 	}
 	if !validName(c.Household) || !validName(c.Device) {
-		return token.Claims{}, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
+		return nil, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
 	removed, err := s.removedAt(r.Context(), c)
 	if err != nil {
-		return token.Claims{}, err
+		return nil, err
 	}
 	if refusedByRemoval(c, removed) {
-		return token.Claims{}, s.refuseToken(r, refusedRemoved, nil)
+		return nil, s.refuseToken(r, refusedRemoved, nil)
 	}
 	return c, nil
 }
@@ -72,7 +73,7 @@ func (s *Server) authenticate(r *http.Request) (token.Claims, error) {
 // removedAt is the token's device's last removal: from memory, which the
 // hub keeps current on every relay, or read from the store on first use
 // (without registering the device: a sender need not be registered).
-func (s *Server) removedAt(ctx context.Context, c token.Claims) (time.Time, error) {
+func (s *Server) removedAt(ctx context.Context, c *token.Claims) (time.Time, error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
 	if pos, ok := s.positions.Get(key); ok {
 		return pos.RemovedAt, nil
@@ -92,7 +93,7 @@ func (s *Server) removedAt(ctx context.Context, c token.Claims) (time.Time, erro
 
 // refusedByRemoval: a token issued at or before the device's last removal
 // (or without iat, once the device was ever removed) is refused.
-func refusedByRemoval(c token.Claims, removed time.Time) bool {
+func refusedByRemoval(c *token.Claims, removed time.Time) bool {
 	return !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed))
 }
 
@@ -192,7 +193,7 @@ type registerResponse struct {
 	Cursor    int64  `json:"cursor" msgpack:"cursor"`
 }
 
-func (s *Server) register(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
 	body, err := readBody(w, r, 16<<10)
 	if err != nil {
 		return err
@@ -290,7 +291,7 @@ func (s *Server) sendBodyLimit() int64 {
 	return int64(base64.StdEncoding.EncodedLen(s.cfg.MaxEnvelopeBytes)) + int64(s.cfg.MaxRecipients)*80 + 4096
 }
 
-func (s *Server) send(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
 	body, err := readBody(w, r, s.sendBodyLimit())
 	if err != nil {
 		return err
@@ -416,7 +417,7 @@ type ackRequest struct {
 	Cursor *int64 `json:"cursor" msgpack:"cursor"`
 }
 
-func (s *Server) ack(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
 	body, err := readBody(w, r, 4<<10)
 	if err != nil {
 		return err
@@ -448,7 +449,7 @@ type devicesResponse struct {
 	Next    string       `json:"next,omitempty" msgpack:"next,omitempty"`
 }
 
-func (s *Server) devices(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+func (s *Server) devices(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
 	q, err := parseQuery(r)
 	if err != nil {
 		return err
@@ -484,7 +485,7 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request, c token.Claims)
 	return nil
 }
 
-func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c token.Claims) error {
+func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
 	if c.Scope != token.ScopeAdmin {
 		return errorf(http.StatusForbidden, codeForbidden, "Only an admin token may remove devices.")
 	}

@@ -38,123 +38,199 @@ var errOverloaded = &httpError{Status: http.StatusServiceUnavailable, Code: code
 // head and cursor are known in memory (internal/position), acks are written
 // in the background (acks), and a poll whose cursor is current parks
 // without a store call.
-func (s *Server) poll(w http.ResponseWriter, r *http.Request, c token.Claims) error {
-	q, err := parseQuery(r)
+func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
+	p, err := s.startPoll(r, c)
+	if p != nil {
+		defer p.end()
+	}
 	if err != nil {
 		return err
 	}
-	cursor, err := q.int("cursor", -1, 0, math.MaxInt64)
-	if err != nil {
-		return err
+	return s.hold(r.Context(), w, r, c, p)
+}
+
+// pollState is a poll's state between its start and its answer.
+type pollState struct {
+	s      *Server
+	q      pollQuery
+	waiter wake.Waiter // nil for wait=0
+	pos    position.State
+	after  int64 // answer envelopes above this
+}
+
+// end unregisters the poll's waiter and counts it out.
+func (p *pollState) end() {
+	if p.waiter != nil {
+		p.waiter.Close()
+		p.s.held.Add(-1)
 	}
-	waitSecs, err := q.int("wait", 0, 0, int64(s.cfg.MaxWait/time.Second))
+}
+
+// startPoll parses the poll, registers its waiter and reads the device's
+// position. A non-nil poll must be ended, even with an error.
+func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error) {
+	q, err := parsePoll(r, s.cfg.MaxWait)
 	if err != nil {
-		return err
-	}
-	limit, err := q.int("limit", 1000, 1, 1000)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	if s.draining.Load() {
-		return errDraining
+		return nil, errDraining
 	}
 	ctx := r.Context()
 	key := wake.Key{Household: c.Household, Device: c.Device}
+	p := &pollState{s: s, q: q}
 
 	// The waiter is registered BEFORE the first read of the device's
 	// position, so an envelope that commits between that read and the
 	// wait still wakes this poll at once. TestPollNoLostWakeup guards this
 	// ordering.
-	var waiter wake.Waiter
-	if waitSecs > 0 {
+	if q.wait > 0 {
 		n := s.held.Add(1)
-		defer s.held.Add(-1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
+			s.held.Add(-1)
 			s.metrics.refusals.WithLabelValues(refusedHeldPolls).Inc()
-			return errOverloaded
+			return nil, errOverloaded
 		}
-		waiter, err = s.hub.Subscribe(ctx, key)
+		p.waiter, err = s.hub.Subscribe(ctx, key)
 		if err != nil {
-			return &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Polls cannot be held right now; try again.", Cause: err}
+			s.held.Add(-1)
+			return nil, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Polls cannot be held right now; try again.", Cause: err}
 		}
-		defer waiter.Close()
 	}
 
-	pos, err := s.acknowledge(ctx, c, cursor)
-	if err != nil {
-		return err
+	if p.pos, err = s.acknowledge(ctx, c, q.cursor); err != nil {
+		return p, err
 	}
 	if s.afterFirstRead != nil {
 		s.afterFirstRead(key)
 	}
-	after := pos.Cursor
-	deadline := s.pollDeadline(time.Duration(waitSecs) * time.Second)
-	for {
-		if pos.Pending(after) {
-			batch, err := s.fetch(ctx, c, after, int(limit))
-			if err != nil {
-				return err
-			}
-			if len(batch.Envelopes) > 0 {
-				// Read in the same snapshot as the envelopes: a removal
-				// this relay has not heard of yet must not hand a device
-				// registered again since to an older token.
-				if refusedByRemoval(c, batch.RemovedAt) {
-					s.metrics.polls.WithLabelValues(pollRemoved).Inc()
-					return s.refuseToken(r, refusedRemoved, nil)
-				}
-				s.metrics.polls.WithLabelValues(pollDelivered).Inc()
-				writePoll(w, r, after, batch)
-				return nil
-			}
-			// Nothing stored up to the head (expired unread): later polls
-			// need not look again until the head moves.
-			s.positions.Empty(key, pos.Head)
-		}
-		if waiter == nil {
-			s.metrics.polls.WithLabelValues(pollEmpty).Inc()
-			writePoll(w, r, after, store.Batch{})
-			return nil
-		}
-		werr := s.wait(ctx, waiter, deadline)
-		switch {
-		case werr == nil:
-			ctx = withStoreBudget(ctx, s.cfg.StoreTimeout)
-			// Woken: the hub told the position cache first, so memory
-			// has the news (or, after news was lost, a miss that reads
-			// the store).
-			if pos, err = s.position(ctx, c); err != nil {
-				return err
-			}
-			after = max(after, pos.Cursor)
-			if pos.Pending(after) {
-				s.metrics.received.Inc() // news, not a fallback round's re-read
-			}
-			if refusedByRemoval(c, pos.RemovedAt) {
-				s.metrics.polls.WithLabelValues(pollRemoved).Inc()
-				return s.refuseToken(r, refusedRemoved, nil)
-			}
-			continue
-		case ctx.Err() != nil:
-			s.metrics.polls.WithLabelValues(pollHangup).Inc()
-			return nil // the client hung up; nobody to answer
-		case errors.Is(werr, wake.ErrRemoved):
-			// The device was removed while its poll was held: the token
-			// that holds it is no longer good.
-			s.metrics.polls.WithLabelValues(pollRemoved).Inc()
-			return s.refuseToken(r, refusedRemoved, nil)
-		case errors.Is(werr, wake.ErrSuperseded):
-			s.metrics.polls.WithLabelValues(pollSuperseded).Inc()
-		case errors.Is(werr, wake.ErrClosed):
-			s.metrics.polls.WithLabelValues(pollDrained).Inc()
-		default:
-			s.metrics.polls.WithLabelValues(pollEmpty).Inc()
-		}
-		// Out of time, superseded by a newer poll, or draining: answer
-		// with what we have, which is nothing.
-		writePoll(w, r, after, store.Batch{})
-		return nil
+	p.after = p.pos.Cursor
+	return p, nil
+}
+
+// pollQuery is a poll's parameters.
+type pollQuery struct {
+	cursor int64 // -1: the stored cursor
+	limit  int
+	wait   time.Duration
+}
+
+func parsePoll(r *http.Request, maxWait time.Duration) (pollQuery, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return pollQuery{}, err
 	}
+	cursor, err := q.int("cursor", -1, 0, math.MaxInt64)
+	if err != nil {
+		return pollQuery{}, err
+	}
+	waitSecs, err := q.int("wait", 0, 0, int64(maxWait/time.Second))
+	if err != nil {
+		return pollQuery{}, err
+	}
+	limit, err := q.int("limit", 1000, 1, 1000)
+	if err != nil {
+		return pollQuery{}, err
+	}
+	return pollQuery{cursor: cursor, limit: int(limit), wait: time.Duration(waitSecs) * time.Second}, nil
+}
+
+// hold answers what is waiting above the position, or holds the poll until
+// something is. Its frame (with the few above it) is what a held poll
+// parks in: all a poll does before it holds is in startPoll, and all it
+// does only when it answers (fetching, encoding, refusing) in functions of
+// their own, so that the parked stack stays small enough for the runtime
+// to shrink (BenchmarkHeldPollMemory).
+func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, p *pollState) error {
+	deadline := s.pollDeadline(p.q.wait)
+	for {
+		if p.pos.Pending(p.after) {
+			if done, err := s.deliver(ctx, w, r, c, p.pos, p.after, p.q.limit); done || err != nil {
+				return err
+			}
+		}
+		if p.waiter == nil {
+			return s.answerEmpty(w, r, p.after, pollEmpty)
+		}
+		if werr := s.wait(ctx, p.waiter, deadline); werr != nil {
+			return s.endHold(ctx, w, r, werr, p.after)
+		}
+		ctx = withStoreBudget(ctx, s.cfg.StoreTimeout)
+		if err := s.woken(ctx, r, c, p); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver fetches what is waiting above after and answers with it; done is
+// false when nothing was there after all.
+func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, limit int) (done bool, err error) {
+	batch, err := s.fetch(ctx, c, after, limit)
+	if err != nil {
+		return true, err
+	}
+	if len(batch.Envelopes) == 0 {
+		// Nothing stored up to the head (expired unread): later polls
+		// need not look again until the head moves.
+		s.positions.Empty(wake.Key{Household: c.Household, Device: c.Device}, pos.Head)
+		return false, nil
+	}
+	// Read in the same snapshot as the envelopes: a removal this relay has
+	// not heard of yet must not hand a device registered again since to an
+	// older token.
+	if refusedByRemoval(c, batch.RemovedAt) {
+		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		return true, s.refuseToken(r, refusedRemoved, nil)
+	}
+	s.metrics.polls.WithLabelValues(pollDelivered).Inc()
+	writePoll(w, r, after, batch)
+	return true, nil
+}
+
+// woken reads the position again after a wake-up: the hub told the
+// position cache first, so memory has the news (or, after news was lost,
+// a miss that reads the store).
+func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p *pollState) error {
+	pos, err := s.position(ctx, c)
+	if err != nil {
+		return err
+	}
+	p.pos = pos
+	p.after = max(p.after, pos.Cursor)
+	if pos.Pending(p.after) {
+		s.metrics.received.Inc() // news, not a fallback round's re-read
+	}
+	if refusedByRemoval(c, pos.RemovedAt) {
+		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		return s.refuseToken(r, refusedRemoved, nil)
+	}
+	return nil
+}
+
+// endHold answers a held poll whose wait ended without news.
+func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Request, werr error, after int64) error {
+	switch {
+	case ctx.Err() != nil:
+		s.metrics.polls.WithLabelValues(pollHangup).Inc()
+		return nil // the client hung up; nobody to answer
+	case errors.Is(werr, wake.ErrRemoved):
+		// The device was removed while its poll was held: the token that
+		// holds it is no longer good.
+		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		return s.refuseToken(r, refusedRemoved, nil)
+	case errors.Is(werr, wake.ErrSuperseded):
+		return s.answerEmpty(w, r, after, pollSuperseded)
+	case errors.Is(werr, wake.ErrClosed):
+		return s.answerEmpty(w, r, after, pollDrained)
+	}
+	// Out of time: answer with what we have, which is nothing.
+	return s.answerEmpty(w, r, after, pollEmpty)
+}
+
+func (s *Server) answerEmpty(w http.ResponseWriter, r *http.Request, after int64, outcome string) error {
+	s.metrics.polls.WithLabelValues(outcome).Inc()
+	writePoll(w, r, after, store.Batch{})
+	return nil
 }
 
 // pollDeadline is when a held poll with nothing to read answers empty: at
@@ -177,7 +253,7 @@ const holdJitter = 3 * time.Second
 // head, and records the acknowledgement for the background writer. The
 // position it returns has the cursor the client sent, if that is higher.
 // cursor < 0 acknowledges nothing.
-func (s *Server) acknowledge(ctx context.Context, c token.Claims, cursor int64) (position.State, error) {
+func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64) (position.State, error) {
 	pos, err := s.position(ctx, c)
 	if err != nil {
 		return pos, err
@@ -214,7 +290,7 @@ const lastSeenEvery = time.Minute
 
 // position is what is known of the token's device: from memory, or read
 // from the store (and registered, for a device's first poll or ack).
-func (s *Server) position(ctx context.Context, c token.Claims) (position.State, error) {
+func (s *Server) position(ctx context.Context, c *token.Claims) (position.State, error) {
 	if pos, ok := s.positions.Get(wake.Key{Household: c.Household, Device: c.Device}); ok && pos.Exists {
 		return pos, nil
 	}
@@ -224,7 +300,7 @@ func (s *Server) position(ctx context.Context, c token.Claims) (position.State, 
 // readPosition reads the device's position from the store, registering a
 // device that polls or acks before it ever registered, and merges it into
 // memory.
-func (s *Server) readPosition(ctx context.Context, c token.Claims) (position.State, error) {
+func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.State, error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
 	ticket := s.positions.Begin(key)
 	st, err := offload(func() (store.DeviceState, error) {
@@ -246,7 +322,7 @@ func (s *Server) readPosition(ctx context.Context, c token.Claims) (position.Sta
 	return s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt}), nil
 }
 
-func (s *Server) fetch(ctx context.Context, c token.Claims, after int64, limit int) (store.Batch, error) {
+func (s *Server) fetch(ctx context.Context, c *token.Claims, after int64, limit int) (store.Batch, error) {
 	return offload(func() (store.Batch, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()
