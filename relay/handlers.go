@@ -335,6 +335,14 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 	}
 	if !res.Repeat {
 		s.metrics.stored.Add(float64(len(res.Deliveries)))
+		// Kept for the polls this commit is about to wake here, so that
+		// they need not read back what was just written.
+		now := time.Now()
+		env := store.Envelope{ID: req.ID, From: c.Device, SentAt: p.Now.UTC().Truncate(time.Microsecond), Payload: req.Payload}
+		for _, d := range res.Deliveries {
+			env.Seq = d.Seq
+			s.recent.put(wake.Key{Household: c.Household, Device: d.Device}, env, d.RemovedAt, now)
+		}
 		s.afterCommit(r.Context(), c.Household, res.Deliveries)
 	} else {
 		// A repeat may follow a first answer lost after its commit (the
@@ -495,12 +503,15 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	at := s.now()
+	// To the microsecond, as the store keeps it, so that what the hub
+	// tells other relays equals what their store reads say.
+	at := s.now().UTC().Truncate(time.Microsecond)
 	if err := s.store.DeleteDevice(ctx, c.Household, device, at); err != nil {
 		return err
 	}
 	// Committed: end the device's held polls on every relay. A failure
 	// here delays that only until the polls' next read of the store.
+	s.recent.forget(wake.Key{Household: c.Household, Device: device})
 	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: device}, at); err != nil {
 		s.log.Warn("telling relays of a removal failed", "err", err)
 	}

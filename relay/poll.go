@@ -165,6 +165,20 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // deliver fetches what is waiting above after and answers with it; done is
 // false when nothing was there after all.
 func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, limit int) (done bool, err error) {
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	if pos.Head == after+1 {
+		// One envelope waits: if it was committed here a moment ago, it
+		// is in memory, checked against the removal its send saw.
+		if e, ok := s.recent.get(key, pos.Head, pos.RemovedAt, time.Now()); ok {
+			if refusedByRemoval(c, pos.RemovedAt) {
+				s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+				return true, s.refuseToken(r, refusedRemoved, nil)
+			}
+			s.metrics.polls.WithLabelValues(pollDelivered).Inc()
+			writePoll(w, r, after, store.Batch{Envelopes: []store.Envelope{e}})
+			return true, nil
+		}
+	}
 	batch, err := s.fetch(ctx, c, after, limit)
 	if err != nil {
 		return true, err
@@ -172,7 +186,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if len(batch.Envelopes) == 0 {
 		// Nothing stored up to the head (expired unread): later polls
 		// need not look again until the head moves.
-		s.positions.Empty(wake.Key{Household: c.Household, Device: c.Device}, pos.Head)
+		s.positions.Empty(key, pos.Head)
 		return false, nil
 	}
 	// Read in the same snapshot as the envelopes: a removal this relay has

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -267,5 +269,53 @@ func TestShutdownBeforeServe(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		ln.Close()
 		t.Fatal("Serve after Shutdown went on serving")
+	}
+}
+
+// TestLiveDeliveryReadsNothing: a send to a poll held on the same relay is
+// handed over from memory: the store is asked for the send, and no fetch.
+func TestLiveDeliveryReadsNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	phone := h.register("home", "phone")
+	laptop := h.register("home", "laptop")
+	fetches := func() float64 { return testutil.ToFloat64(h.srv.metrics.storeCalls.WithLabelValues("fetch")) }
+	before := fetches()
+	for i := range 20 {
+		held := heldPoll(h, phone, fmt.Sprintf("cursor=%d&wait=10", i))
+		eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
+		h.send(laptop, fmt.Sprint("m", i), []byte(fmt.Sprint("payload ", i)), "phone")
+		p := <-held
+		if len(p.Envelopes) != 1 || p.Envelopes[0].Seq != int64(i+1) || string(p.Envelopes[0].Payload) != fmt.Sprint("payload ", i) || p.Envelopes[0].From != "laptop" {
+			t.Fatalf("poll %d = %+v", i, p)
+		}
+	}
+	if d := fetches() - before; d != 0 {
+		t.Fatalf("20 live deliveries made %v fetches, want none", d)
+	}
+}
+
+// TestLiveDeliveryKnowsTheDevicesLife: an envelope kept in memory from a
+// device's earlier life (removed through another relay, the name
+// registered again) is not handed to the new life's poll, which gets its
+// own seq 1 from the store. With the life check in recent.get removed,
+// the old envelope was served (tried).
+func TestLiveDeliveryKnowsTheDevicesLife(t *testing.T) {
+	a, b := replicas(t, servicetest.RedisURL(t), 2)
+	b.register("home", "phone")
+	laptop := b.register("home", "laptop")
+	b.send(laptop, "old", []byte("the earlier life's"), "phone") // seq 1, kept on b
+	admin := a.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+	a.must("DELETE", "/v1/devices/phone", admin, nil, http.StatusNoContent)
+	fresh := a.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now().Add(time.Second), Expires: time.Now().Add(time.Hour)})
+	a.must("POST", "/v1/register", fresh, nil, http.StatusOK)
+	eventually(t, "b hears of the removal", func() bool {
+		pos, ok := b.srv.positions.Get(wake.Key{Household: "home", Device: "phone"})
+		return ok && !pos.RemovedAt.IsZero()
+	})
+	held := heldPoll(b, fresh, "cursor=0&wait=10")
+	eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
+	a.send(a.token("home", "laptop"), "new", []byte("the new life's"), "phone")
+	if p := <-held; len(p.Envelopes) != 1 || p.Envelopes[0].ID != "new" {
+		t.Fatalf("the new life's poll = %+v", p)
 	}
 }

@@ -62,6 +62,7 @@ type Server struct {
 	now   func() time.Time
 
 	positions  *position.Cache
+	recent     recent
 	acks       *acks
 	fleet      *fleet // nil with one relay
 	handler    http.Handler

@@ -302,14 +302,16 @@ func TestPostgresUnreachable(t *testing.T) {
 	phone := h.register("home", "phone")
 	h.send(phone, "before", []byte("x"), "phone")
 
+	// A device the relay has not seen yet: its poll needs the store.
+	tablet := h.token("home", "tablet")
 	px.cut()
-	for _, req := range []struct{ method, path, body string }{
-		{"POST", "/v1/send", `{"id":"during","to":["phone"],"payload":"eA=="}`},
-		{"GET", "/v1/poll?cursor=0&wait=5", ""},
-		{"POST", "/v1/register", ""},
+	for _, req := range []struct{ method, path, tok, body string }{
+		{"POST", "/v1/send", phone, `{"id":"during","to":["phone"],"payload":"eA=="}`},
+		{"GET", "/v1/poll?cursor=0&wait=5", tablet, ""},
+		{"POST", "/v1/register", phone, ""},
 	} {
 		start := time.Now()
-		r, err := h.do(context.Background(), req.method, req.path, phone, req.body)
+		r, err := h.do(context.Background(), req.method, req.path, req.tok, req.body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +323,11 @@ func TestPostgresUnreachable(t *testing.T) {
 		}
 	}
 	h.must("GET", "/ready", "", nil, http.StatusServiceUnavailable)
-	// The relay knows the phone's position: the ack needs no store now.
+	// The relay knows the phone's position and has its envelope in
+	// memory, just sent: a poll and an ack need no store now.
+	if p := h.poll(phone, "cursor=0"); len(p.Envelopes) != 1 || p.Envelopes[0].ID != "before" {
+		t.Fatalf("poll of a known device with Postgres gone: %+v", p)
+	}
 	h.must("POST", "/v1/ack", phone, `{"cursor":1}`, http.StatusNoContent)
 
 	px.restore()

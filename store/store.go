@@ -159,6 +159,10 @@ type Delivery struct {
 	// acknowledged, expired or removed with its device). Always true on a
 	// first send.
 	Pending bool
+	// RemovedAt is the recipient's last removal (zero if never) as the
+	// send saw it: a caller handing the envelope to a poll from memory
+	// checks the poll's token by it, as Fetch's RemovedAt is used.
+	RemovedAt time.Time
 }
 
 // SendResult is the answer to a send. Repeat is true when the same send was

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flamenet/relay/store"
 )
@@ -17,7 +19,7 @@ import (
 // record. In autocommit the call is its own transaction: one round trip,
 // and a refusal (a raised SQLSTATE) rolls back everything it wrote.
 const sqlSend = `
-SELECT to_device, to_seq, to_push_kind, to_push_address, to_pending, to_repeat
+SELECT to_device, to_seq, to_push_kind, to_push_address, to_pending, to_repeat, to_removed_at
 FROM relay_send($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // SQLSTATEs relay_send raises for a refused send (migration 0002).
@@ -52,10 +54,15 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	}
 	res := store.SendResult{ID: p.ID, Deliveries: make([]store.Delivery, 0, len(to))}
 	var (
-		d      store.Delivery
-		repeat bool
+		d       store.Delivery
+		repeat  bool
+		removed pgtype.Timestamptz
 	)
-	_, err = pgx.ForEachRow(rows, []any{&d.Device, &d.Seq, &d.Push.Kind, &d.Push.Address, &d.Pending, &repeat}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&d.Device, &d.Seq, &d.Push.Kind, &d.Push.Address, &d.Pending, &repeat, &removed}, func() error {
+		d.RemovedAt = time.Time{}
+		if removed.Valid {
+			d.RemovedAt = removed.Time.UTC()
+		}
 		res.Deliveries = append(res.Deliveries, d)
 		res.Repeat = repeat
 		return nil

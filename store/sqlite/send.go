@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/flamenet/relay/store"
 )
@@ -63,15 +64,18 @@ func send(ctx context.Context, q querier, p store.SendParams, to []string) (stor
 
 	type recipient struct {
 		head, count, bytes int64
+		removed            int64 // Unix microseconds of the last removal; 0: never
 		push               store.PushTarget
 		found              bool
 	}
 	rs := make([]recipient, len(to))
 	for i, dev := range to {
 		r := &rs[i]
-		err := q.QueryRowContext(ctx, `SELECT head, pending_count, pending_bytes, push_kind, push_address
-			FROM devices WHERE household = ? AND name = ?`, p.Household, dev).
-			Scan(&r.head, &r.count, &r.bytes, &r.push.Kind, &r.push.Address)
+		err := q.QueryRowContext(ctx, `SELECT d.head, d.pending_count, d.pending_bytes, d.push_kind, d.push_address,
+				coalesce(r.removed_at, 0)
+			FROM devices d LEFT JOIN removals r ON r.household = d.household AND r.device = d.name
+			WHERE d.household = ? AND d.name = ?`, p.Household, dev).
+			Scan(&r.head, &r.count, &r.bytes, &r.push.Kind, &r.push.Address, &r.removed)
 		switch {
 		case err == nil:
 			r.found = true
@@ -128,7 +132,7 @@ func send(ctx context.Context, q querier, p store.SendParams, to []string) (stor
 			p.Household, dev, seq, ref, p.Sender, p.ID, now, size, nonNil(p.Payload)); err != nil {
 			return res, err
 		}
-		res.Deliveries = append(res.Deliveries, store.Delivery{Device: dev, Seq: seq, Push: rs[i].push, Pending: true})
+		res.Deliveries = append(res.Deliveries, store.Delivery{Device: dev, Seq: seq, Push: rs[i].push, Pending: true, RemovedAt: removalTime(rs[i].removed)})
 	}
 	return res, nil
 }
@@ -159,17 +163,28 @@ func repeat(ctx context.Context, q querier, p store.SendParams, digest []byte) (
 		out := store.Delivery{Device: d.Device, Seq: d.Seq}
 		// send_ref, not just the seq: a device removed and registered
 		// again gives the same seqs to other sends.
+		var removed int64
 		err := q.QueryRowContext(ctx, `SELECT coalesce(d.push_kind, ''), coalesce(d.push_address, ''),
 				EXISTS (SELECT 1 FROM envelopes e
-					WHERE e.household = ?1 AND e.device = ?2 AND e.seq = ?3 AND e.send_ref = ?4)
+					WHERE e.household = ?1 AND e.device = ?2 AND e.seq = ?3 AND e.send_ref = ?4),
+				coalesce((SELECT removed_at FROM removals WHERE household = ?1 AND device = ?2), 0)
 			FROM (SELECT 1) LEFT JOIN devices d ON d.household = ?1 AND d.name = ?2`,
-			p.Household, d.Device, d.Seq, ref).Scan(&out.Push.Kind, &out.Push.Address, &out.Pending)
+			p.Household, d.Device, d.Seq, ref).Scan(&out.Push.Kind, &out.Push.Address, &out.Pending, &removed)
 		if err != nil {
 			return store.SendResult{}, err
 		}
+		out.RemovedAt = removalTime(removed)
 		res.Deliveries = append(res.Deliveries, out)
 	}
 	return res, nil
+}
+
+// removalTime is a stored removal time; 0 means never.
+func removalTime(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return fromMicros(us)
 }
 
 // nonNil keeps an empty payload a zero-length BLOB rather than NULL.

@@ -470,3 +470,22 @@ func testRepeatWakes(t *testing.T, open Opener) {
 	}
 	check("c registered again", map[string]want{"a": {pushB, false}, "b": {store.PushTarget{}, true}, "c": {pushA, false}})
 }
+
+// testSendRemovedAt: a send reports each recipient's last removal, first
+// send and repeat alike, so that a relay handing the envelope over from
+// memory can check a poll's token as Fetch's RemovedAt lets it.
+func testSendRemovedAt(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	register(t, s, hh, "a", "b")
+	removed := t0.Add(time.Minute)
+	if err := s.DeleteDevice(ctx(t), hh, "a", removed); err != nil {
+		t.Fatal(err)
+	}
+	register(t, s, hh, "a")
+	for _, id := range []string{"1", "1"} { // the second is a repeat
+		res := sendOK(t, s, store.SendParams{Sender: "x", ID: id, To: []string{"a", "b"}, Payload: []byte("x")})
+		if len(res.Deliveries) != 2 || !res.Deliveries[0].RemovedAt.Equal(removed) || !res.Deliveries[1].RemovedAt.IsZero() {
+			t.Fatalf("deliveries (repeat %v) = %+v, want a removed at %v and b never", res.Repeat, res.Deliveries, removed)
+		}
+	}
+}

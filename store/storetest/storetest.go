@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"State", testState},
 		{"Fetch", testFetch},
 		{"FetchRemovedAt", testFetchRemovedAt},
+		{"SendRemovedAt", testSendRemovedAt},
 		{"HouseholdFull", testHouseholdFull},
 		{"RepeatWakes", testRepeatWakes},
 		{"Devices", testDevices},

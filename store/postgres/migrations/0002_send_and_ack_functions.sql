@@ -18,7 +18,7 @@ CREATE FUNCTION relay_send(
     p_to text[], p_payload bytea, p_now timestamptz,
     p_max_count bigint, p_max_bytes bigint, p_max_household_bytes bigint)
 RETURNS TABLE (to_device text, to_seq bigint, to_push_kind text, to_push_address text,
-               to_pending boolean, to_repeat boolean)
+               to_pending boolean, to_repeat boolean, to_removed_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -61,9 +61,10 @@ BEGIN
                EXISTS (SELECT 1 FROM envelopes e
                        WHERE e.household = p_household AND e.device = a.device
                          AND e.seq = a.seq AND e.send_ref = v_ref),
-               true
+               true, r.removed_at
         FROM jsonb_to_recordset(v_deliveries) AS a(device text, seq bigint)
         LEFT JOIN devices d ON d.household = p_household AND d.name = a.device
+        LEFT JOIN removals r ON r.household = p_household AND r.device = a.device
         ORDER BY a.device COLLATE "C";
         RETURN;
     END IF;
@@ -110,6 +111,8 @@ BEGIN
 
     -- Give each recipient its next seq, store its copy (the payload crossed
     -- the wire once, whatever the fan-out), record the answer for repeats.
+    -- Each recipient's last removal comes back too: a relay that hands the
+    -- envelope to a held poll from memory checks the poll's token by it.
     RETURN QUERY
     WITH bumped AS (
         UPDATE devices
@@ -126,7 +129,10 @@ BEGIN
         SET deliveries = (SELECT jsonb_agg(jsonb_build_object('device', name, 'seq', head)) FROM bumped)
         WHERE id = v_ref
     )
-    SELECT name, head, push_kind, push_address, true, false FROM bumped ORDER BY name;
+    SELECT b.name, b.head, b.push_kind, b.push_address, true, false, r.removed_at
+    FROM bumped b
+    LEFT JOIN removals r ON r.household = p_household AND r.device = b.name
+    ORDER BY b.name;
 END
 $$;
 

@@ -1,0 +1,109 @@
+package relay
+
+import (
+	"sync"
+	"time"
+
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/wake"
+)
+
+// recent keeps the envelopes this relay committed in the last moments, so
+// that a poll woken by a send here hands the envelope over from memory
+// instead of reading back from the store what it has just written: the
+// common case of a live device costs the store the send and nothing more.
+//
+// It holds exactly what the store holds (the same seq, id, sender, time to
+// the microsecond, payload), only for recentFor and within recentBytes; a
+// poll that finds nothing here, or more than the one envelope here, reads
+// the store as before. A removal drops the device's entries, so a name
+// registered again never sees its earlier life's envelopes.
+type recent struct {
+	mu    sync.Mutex
+	m     map[recentKey]*recentEntry
+	order []*recentEntry // oldest first
+	bytes int
+}
+
+type recentKey struct {
+	wake.Key
+	seq int64
+}
+
+type recentEntry struct {
+	key     recentKey
+	env     store.Envelope
+	removed time.Time // the device's last removal as its send saw it
+	at      time.Time
+}
+
+const (
+	// recentFor is how long an envelope is kept: a woken poll reads it
+	// within milliseconds.
+	recentFor = 5 * time.Second
+	// recentBytes bounds the payload bytes kept.
+	recentBytes = 16 << 20
+)
+
+// put keeps e, committed for k, whose last removal the send saw at removed.
+func (r *recent) put(k wake.Key, e store.Envelope, removed, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[recentKey]*recentEntry)
+	}
+	r.expire(now)
+	rk := recentKey{k, e.Seq}
+	if _, ok := r.m[rk]; ok {
+		return
+	}
+	ent := &recentEntry{key: rk, env: e, removed: removed, at: now}
+	r.m[rk] = ent
+	r.order = append(r.order, ent)
+	r.bytes += len(e.Payload)
+	for r.bytes > recentBytes && len(r.order) > 0 {
+		r.drop()
+	}
+}
+
+// get returns the envelope with seq for k, if it is still kept and was
+// committed in the device's life that the caller knows: the same last
+// removal. (A name removed and registered again gives its seqs anew.)
+func (r *recent) get(k wake.Key, seq int64, removed, now time.Time) (store.Envelope, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ent, ok := r.m[recentKey{k, seq}]
+	if !ok || now.Sub(ent.at) > recentFor || !ent.removed.Equal(removed) {
+		return store.Envelope{}, false
+	}
+	return ent.env, true
+}
+
+// forget drops every envelope kept for k.
+func (r *recent) forget(k wake.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for rk := range r.m {
+		if rk.Key == k {
+			delete(r.m, rk) // the entry stays in order until it ages out
+		}
+	}
+}
+
+// expire drops entries older than recentFor; the caller holds mu.
+func (r *recent) expire(now time.Time) {
+	for len(r.order) > 0 && now.Sub(r.order[0].at) > recentFor {
+		r.drop()
+	}
+}
+
+// drop removes the oldest entry; the caller holds mu.
+func (r *recent) drop() {
+	ent := r.order[0]
+	r.order[0] = nil
+	r.order = r.order[1:]
+	r.bytes -= len(ent.env.Payload)
+	if r.m[ent.key] == ent {
+		delete(r.m, ent.key)
+	}
+}
