@@ -32,8 +32,10 @@ type acks struct {
 	done chan struct{}
 }
 
-// ackBatch is the most acks one store call carries.
-const ackBatch = 2000
+// ackBatch is the most acks one store call carries. A batch holds its
+// devices' rows while it runs, and a send to one of them waits for it:
+// batches stay small so that the wait does.
+const ackBatch = 256
 
 // newAcks starts the writer; onDone hears the outcome of every batch.
 func newAcks(st store.Store, interval, timeout time.Duration, onDone func(deleted int64, err error)) *acks {

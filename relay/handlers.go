@@ -223,7 +223,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 		return err
 	}
 	key := wake.Key{Household: c.Household, Device: c.Device}
-	s.positions.Registered(key)
+	s.positions.Registered(key, p.Now)
 	// Acks not yet written are the device's all the same.
 	if pos, ok := s.positions.Get(key); ok {
 		d.Cursor = max(d.Cursor, pos.Cursor)

@@ -208,9 +208,10 @@ func TestIdlePollsCostNoStore(t *testing.T) {
 			t.Errorf("%d idle polls made %v store %s calls, want none", devices*rounds, d, op)
 		}
 	}
-	// Activity is recorded once per device per minute, in batches.
-	if d := after["ack_many"] - before["ack_many"]; d < 1 || d > 20 {
-		t.Errorf("%d idle polls made %v ack_many calls, want a few batches", devices*rounds, d)
+	// Activity is recorded at most once per device per minute, in
+	// batches (here the registrations just recorded it).
+	if d := after["ack_many"] - before["ack_many"]; d > 20 {
+		t.Errorf("%d idle polls made %v ack_many calls, want at most a few batches", devices*rounds, d)
 	}
 }
 

@@ -160,10 +160,15 @@ func (c *Cache) Acked(k wake.Key, cursor int64) {
 	c.update(k, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
 }
 
-// Registered records that k is registered now (a registration does not
-// move its cursor or head).
-func (c *Cache) Registered(k wake.Key) {
-	c.update(k, func(e *entry) { e.Exists = true })
+// Registered records that k registered at now (a registration does not
+// move its cursor or head, and records the device's activity itself).
+func (c *Cache) Registered(k wake.Key, now time.Time) {
+	c.update(k, func(e *entry) {
+		e.Exists = true
+		if now.After(e.Seen) {
+			e.Seen = now
+		}
+	})
 }
 
 // Empty records that a read found nothing stored above after up to upTo.

@@ -50,7 +50,7 @@ func TestRemovalDuringARead(t *testing.T) {
 	if !ok || st.Exists || st.Head != 0 || st.Cursor != 0 || !st.RemovedAt.Equal(at) {
 		t.Fatalf("after the removal Get = %+v, %v; want the removal, nothing else", st, ok)
 	}
-	c.Registered(k)
+	c.Registered(k, time.Unix(1_800_000_100, 0))
 	c.Advanced(k, 1)
 	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || !st.RemovedAt.Equal(at) {
 		t.Fatalf("the next life = %+v", st)
