@@ -335,15 +335,14 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 	}
 	if !res.Repeat {
 		s.metrics.stored.Add(float64(len(res.Deliveries)))
-		// Kept for the polls this commit is about to wake here, so that
-		// they need not read back what was just written.
-		now := time.Now()
-		env := store.Envelope{ID: req.ID, From: c.Device, SentAt: p.Now.UTC().Truncate(time.Microsecond), Payload: req.Payload}
-		for _, d := range res.Deliveries {
-			env.Seq = d.Seq
-			s.recent.put(wake.Key{Household: c.Household, Device: d.Device}, env, d.RemovedAt, now)
+		// Small envelopes travel with their wakes, so that the relay
+		// holding a recipient's poll (this one or another) hands the
+		// envelope over without reading back what was just written.
+		var env *store.Envelope
+		if len(req.Payload) <= wakeEnvelopeMax {
+			env = &store.Envelope{ID: req.ID, From: c.Device, SentAt: p.Now.UTC().Truncate(time.Microsecond), Payload: req.Payload}
 		}
-		s.afterCommit(r.Context(), c.Household, res.Deliveries)
+		s.afterCommit(r.Context(), c.Household, res.Deliveries, env)
 	} else {
 		// A repeat may follow a first answer lost after its commit (the
 		// client could not tell): wake and push again the recipients
@@ -354,7 +353,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 				pending = append(pending, d)
 			}
 		}
-		s.afterCommit(r.Context(), c.Household, pending)
+		s.afterCommit(r.Context(), c.Household, pending, nil)
 	}
 	out := sendResponse{ID: res.ID, Deliveries: make([]deliveryJSON, len(res.Deliveries))}
 	for i, d := range res.Deliveries {
@@ -394,13 +393,19 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 }
 
 // afterCommit wakes each recipient's held poll and queues a push for each
-// recipient with a push target and no poll held here. It runs only after
+// recipient with a push target and no poll held here. env, when not nil, is
+// the envelope (all but its seq), which the wakes carry. It runs only after
 // the store committed, and never fails the send: the store is the source of
 // truth and a late wake-up only delays a delivery.
-func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery) {
+func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery, env *store.Envelope) {
 	wakes := make([]wake.Wake, len(ds))
 	for i, d := range ds {
 		wakes[i] = wake.Wake{Key: wake.Key{Household: household, Device: d.Device}, Head: d.Seq}
+		if env != nil {
+			e := *env
+			e.Seq = d.Seq
+			wakes[i].Envelope = encodeEnvelope(e, d.RemovedAt)
+		}
 	}
 	// The send is committed: its client hanging up now must not stop the
 	// wake-up, but a stuck hub must not hold the answer for long either.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
 )
@@ -318,5 +320,49 @@ func TestLiveDeliveryKnowsTheDevicesLife(t *testing.T) {
 	a.send(a.token("home", "laptop"), "new", []byte("the new life's"), "phone")
 	if p := <-held; len(p.Envelopes) != 1 || p.Envelopes[0].ID != "new" {
 		t.Fatalf("the new life's poll = %+v", p)
+	}
+}
+
+// TestWakeCarriesSmallEnvelopes: across relays, a small envelope travels
+// with its wake and the relay holding the poll hands it over without a
+// fetch; a large one is read from the store there.
+func TestWakeCarriesSmallEnvelopes(t *testing.T) {
+	a, b := replicas(t, servicetest.RedisURL(t), 2)
+	phone := b.register("home", "phone")
+	laptop := a.register("home", "laptop")
+	fetches := func() float64 { return testutil.ToFloat64(b.srv.metrics.storeCalls.WithLabelValues("fetch")) }
+	for i, size := range []int{100, wakeEnvelopeMax, wakeEnvelopeMax + 1} {
+		before := fetches()
+		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=10", i))
+		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
+		payload := bytes.Repeat([]byte{byte('a' + i)}, size)
+		a.send(laptop, fmt.Sprint("m", i), payload, "phone")
+		p := <-held
+		if len(p.Envelopes) != 1 || !bytes.Equal(p.Envelopes[0].Payload, payload) || p.Envelopes[0].From != "laptop" || p.Envelopes[0].ID != fmt.Sprint("m", i) {
+			t.Fatalf("poll %d = %+v", i, p)
+		}
+		want := 0.0
+		if size > wakeEnvelopeMax {
+			want = 1
+		}
+		if d := fetches() - before; d != want {
+			t.Fatalf("a %d-byte envelope from another relay made %v fetches, want %v", size, d, want)
+		}
+	}
+}
+
+func TestEnvelopeEncoding(t *testing.T) {
+	e := store.Envelope{Seq: 42, ID: "id-1", From: "laptop", SentAt: time.UnixMicro(1_800_000_000_123_456).UTC(), Payload: []byte("payload\x00bytes")}
+	for _, removed := range []time.Time{{}, time.UnixMicro(1_799_000_000_000_001).UTC()} {
+		b := encodeEnvelope(e, removed)
+		got, gotRemoved, err := decodeEnvelope(b)
+		if err != nil || got.Seq != e.Seq || got.ID != e.ID || got.From != e.From || !got.SentAt.Equal(e.SentAt) || !bytes.Equal(got.Payload, e.Payload) || !gotRemoved.Equal(removed) {
+			t.Fatalf("round trip = %+v %v %v", got, gotRemoved, err)
+		}
+		for n := range len(b) - len(e.Payload) {
+			if _, _, err := decodeEnvelope(b[:n]); err == nil {
+				t.Fatalf("an envelope cut to %d bytes decoded", n)
+			}
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -107,3 +109,85 @@ func (r *recent) drop() {
 		delete(r.m, ent.key)
 	}
 }
+
+// wakeEnvelopeMax is the largest payload a wake carries to other relays:
+// messages on the hub stay small, and a larger envelope is read from the
+// store by the relay that holds the poll.
+const wakeEnvelopeMax = 4 << 10
+
+// encodeEnvelope is how a wake carries an envelope (and the recipient's
+// last removal as its send saw it) to the relays holding polls.
+func encodeEnvelope(e store.Envelope, removed time.Time) []byte {
+	b := make([]byte, 0, 48+len(e.ID)+len(e.From)+len(e.Payload))
+	b = binary.AppendVarint(b, e.Seq)
+	b = binary.AppendVarint(b, e.SentAt.UnixMicro())
+	var r int64
+	if !removed.IsZero() {
+		r = removed.UnixMicro()
+	}
+	b = binary.AppendVarint(b, r)
+	for _, s := range []string{e.ID, e.From} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return append(b, e.Payload...)
+}
+
+var errBadEnvelope = errors.New("relay: malformed envelope in a wake")
+
+func decodeEnvelope(b []byte) (e store.Envelope, removed time.Time, err error) {
+	next := func() int64 {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			err = errBadEnvelope
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	nextString := func() string {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			err = errBadEnvelope
+			return ""
+		}
+		s := string(b[n : n+int(l)])
+		b = b[n+int(l):]
+		return s
+	}
+	e.Seq = next()
+	sent := next()
+	r := next()
+	e.ID = nextString()
+	e.From = nextString()
+	if err != nil {
+		return store.Envelope{}, time.Time{}, err
+	}
+	e.SentAt = time.UnixMicro(sent).UTC()
+	if r != 0 {
+		removed = time.UnixMicro(r).UTC()
+	}
+	e.Payload = b
+	return e, removed, nil
+}
+
+// observer is what the wake hub tells this relay: news goes to memory (the
+// envelope a wake carries, then the device's position) before the hub
+// wakes any poll.
+type observer struct{ s *Server }
+
+func (o observer) Advanced(w wake.Wake) {
+	if w.Envelope != nil {
+		if e, removed, err := decodeEnvelope(w.Envelope); err == nil {
+			o.s.recent.put(w.Key, e, removed, time.Now())
+		}
+	}
+	o.s.positions.Advanced(w.Key, w.Head)
+}
+
+func (o observer) Removed(k wake.Key, at time.Time) {
+	o.s.recent.forget(k)
+	o.s.positions.Removed(k, at)
+}
+
+func (o observer) Lost() { o.s.positions.Lost() }

@@ -133,7 +133,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.metrics = m
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
-	s.hub.Observe(s.positions)
+	s.hub.Observe(observer{s})
 	s.handler = s.routes()
 	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
 		s.fleet = newFleet(s.store, fh, s.log, m.fleetTroubled)

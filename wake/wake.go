@@ -39,13 +39,19 @@ type Key struct {
 type Wake struct {
 	Key  Key
 	Head int64
+	// Envelope, when not nil, is the envelope itself, encoded by the relay
+	// that committed it (hubs carry it opaquely), so that a relay holding
+	// the device's poll can hand it over from memory rather than read it
+	// back from the store. Relays attach it only to small envelopes.
+	Envelope []byte
 }
 
 // Observer learns what a hub hears, before any waiter is woken by it. Its
 // methods are called from the hub's goroutines and must not block.
 type Observer interface {
-	// Advanced: a send committed for k; its head is now at least head.
-	Advanced(k Key, head int64)
+	// Advanced: a send committed for w.Key; its head is now at least
+	// w.Head, and w.Envelope may carry the envelope.
+	Advanced(w Wake)
 	// Removed: k was removed at at.
 	Removed(k Key, at time.Time)
 	// Lost: news may have been missed (a reconnect, an outage). Forget

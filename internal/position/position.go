@@ -4,7 +4,7 @@
 // parks on that knowledge without asking the store.
 //
 // The knowledge is filled from the store on a device's first use and kept
-// current by the wake hub (a Cache is a wake.Observer): every send
+// current by the wake hub (through the relay's observer): every send
 // committed anywhere advances the head before any poll is woken by it, and
 // a removal resets the device. When the hub may have missed news (a
 // reconnect, an outage) it calls Lost, and everything is read again.
@@ -67,8 +67,6 @@ type entry struct {
 	gen    uint64
 	filled bool // State came from the store; until then only news is kept
 }
-
-var _ wake.Observer = (*Cache)(nil)
 
 // New returns an empty cache that remembers about max devices (0:
 // DefaultMax); past that it forgets some, which only costs them a read.

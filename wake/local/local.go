@@ -112,7 +112,7 @@ func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
 	obs := h.observer()
 	for _, w := range wakes {
 		if obs != nil {
-			obs.Advanced(w.Key, w.Head)
+			obs.Advanced(w)
 		}
 		h.notify(w.Key)
 	}

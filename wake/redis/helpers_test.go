@@ -256,24 +256,28 @@ func (w tbWriter) Write(p []byte) (int, error) {
 type recorder struct {
 	// delay is spent in Advanced and Removed before recording, to widen
 	// the window in which a waiter woken too early would find nothing.
-	delay    time.Duration
-	mu       sync.Mutex
-	heads    map[wake.Key]int64
-	removed  map[wake.Key]time.Time
-	advanced map[wake.Key]int // calls per key
-	lost     int
+	delay     time.Duration
+	mu        sync.Mutex
+	heads     map[wake.Key]int64
+	removed   map[wake.Key]time.Time
+	advanced  map[wake.Key]int // calls per key
+	envelopes map[wake.Key]string
+	lost      int
 }
 
 func newRecorder() *recorder {
-	return &recorder{heads: map[wake.Key]int64{}, removed: map[wake.Key]time.Time{}, advanced: map[wake.Key]int{}}
+	return &recorder{heads: map[wake.Key]int64{}, removed: map[wake.Key]time.Time{}, advanced: map[wake.Key]int{}, envelopes: map[wake.Key]string{}}
 }
 
-func (r *recorder) Advanced(k wake.Key, head int64) {
+func (r *recorder) Advanced(w wake.Wake) {
 	time.Sleep(r.delay)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.heads[k] = max(r.heads[k], head)
-	r.advanced[k]++
+	r.heads[w.Key] = max(r.heads[w.Key], w.Head)
+	r.advanced[w.Key]++
+	if w.Envelope != nil {
+		r.envelopes[w.Key] = string(w.Envelope)
+	}
 }
 
 func (r *recorder) Removed(k wake.Key, at time.Time) {

@@ -13,7 +13,8 @@ import (
 // A message on a shard channel is one byte of kind, the sender's instance
 // id, then a body:
 //
-//	'W' wakes:     (household, device, head)...   one or more
+//	'W' wakes:     (household, device, head, envelope)...   one or more;
+//	               envelope is the relay's own encoding, empty for none
 //	'R' removal:   household, device, unix nanos
 //	'H' heartbeat: the sender's own clock stamp   (only the sender reads it)
 //	'L' lost:      nothing: "I failed to publish wakes; re-read the store"
@@ -50,7 +51,9 @@ func appendString(b []byte, s string) []byte {
 func appendWake(b []byte, w wake.Wake) []byte {
 	b = appendString(b, w.Key.Household)
 	b = appendString(b, w.Key.Device)
-	return binary.AppendVarint(b, w.Head)
+	b = binary.AppendVarint(b, w.Head)
+	b = binary.AppendUvarint(b, uint64(len(w.Envelope)))
+	return append(b, w.Envelope...)
 }
 
 func appendRemoval(b []byte, k wake.Key, at time.Time) []byte {
@@ -109,6 +112,27 @@ func (m *message) nextKey() (wake.Key, error) {
 		return wake.Key{}, err
 	}
 	return wake.Key{Household: h, Device: d}, nil
+}
+
+// nextWake reads one wake of a 'W' message.
+func (m *message) nextWake() (wake.Wake, error) {
+	k, err := m.nextKey()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	head, err := m.nextInt()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	env, err := m.nextString()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	w := wake.Wake{Key: k, Head: head}
+	if env != "" {
+		w.Envelope = []byte(env)
+	}
+	return w, nil
 }
 
 // shardOf maps a device to a shard. Every relay must agree, so that one

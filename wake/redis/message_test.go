@@ -12,7 +12,7 @@ func TestMessageRoundTrip(t *testing.T) {
 	id := instanceID{1, 2, 3, 4, 5, 6, 7, 8}
 	ws := []wake.Wake{
 		{Key: wake.Key{Household: "home", Device: "phone"}, Head: 42},
-		{Key: wake.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40},
+		{Key: wake.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40, Envelope: []byte("an envelope\x00of any bytes")},
 	}
 	b := header(kindWakes, id)
 	for _, w := range ws {
@@ -23,13 +23,9 @@ func TestMessageRoundTrip(t *testing.T) {
 		t.Fatalf("parse = %+v, %v", m, err)
 	}
 	for _, want := range ws {
-		k, err := m.nextKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		head, err := m.nextInt()
-		if err != nil || k != want.Key || head != want.Head {
-			t.Fatalf("got %v %d %v, want %v %d", k, head, err, want.Key, want.Head)
+		got, err := m.nextWake()
+		if err != nil || got.Key != want.Key || got.Head != want.Head || string(got.Envelope) != string(want.Envelope) {
+			t.Fatalf("got %+v %v, want %+v", got, err, want)
 		}
 	}
 	if !m.empty() {
@@ -48,16 +44,14 @@ func TestMessageRoundTrip(t *testing.T) {
 // Anything on the channel that is not a whole message is refused, never a
 // panic: a cut payload, a length past the end, a short header.
 func TestMessageMalformed(t *testing.T) {
-	good := string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: wake.Key{Household: "home", Device: "phone"}, Head: 3}))
+	good := string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: wake.Key{Household: "home", Device: "phone"}, Head: 3, Envelope: []byte("env")}))
 	for n := range len(good) {
 		m, err := parse(good[:n])
 		if err != nil {
 			continue
 		}
-		if _, err := m.nextKey(); err == nil {
-			if _, err := m.nextInt(); err == nil && m.empty() {
-				t.Fatalf("a payload cut to %d of %d bytes parsed whole", n, len(good))
-			}
+		if _, err := m.nextWake(); err == nil && m.empty() {
+			t.Fatalf("a payload cut to %d of %d bytes parsed whole", n, len(good))
 		}
 	}
 	m, _ := parse(string(header(kindWakes, instanceID{})) + "\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")
@@ -74,10 +68,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for !m.empty() {
-			if _, err := m.nextKey(); err != nil {
-				return
-			}
-			if _, err := m.nextInt(); err != nil {
+			if _, err := m.nextWake(); err != nil {
 				return
 			}
 		}

@@ -789,18 +789,14 @@ func (h *Hub) handle(s *session, g *group, payload string) {
 	switch m.kind {
 	case kindWakes:
 		for !m.empty() {
-			k, err := m.nextKey()
-			if err != nil {
-				return
-			}
-			head, err := m.nextInt()
+			w, err := m.nextWake()
 			if err != nil {
 				return
 			}
 			if obs := h.local.Observer(); obs != nil {
-				obs.Advanced(k, head)
+				obs.Advanced(w)
 			}
-			h.local.Notify(k)
+			h.local.Notify(w.Key)
 			h.m.received.Inc()
 		}
 	case kindRemoval:
