@@ -62,7 +62,6 @@ scenarios=(
 	"pg-idle-10000x10|-store postgres -pairs 10000 -rate 10"
 	"pg-crash-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"pg-2replicas-2000x150|-store postgres -replicas 2 -pairs 2000 -rate 150"
-	"pg-2replicas-20000x100|-store postgres -replicas 2 -pairs 20000 -rate 100 -relay-env FN_REDIS_MAX_CONNECTIONS_PER_LOOP=$redis_per_loop"
 )
 
 if [[ "${1:-}" == "-l" ]]; then
