@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/postgres"
 	"github.com/flamenet/relay/store/sqlite"
 )
@@ -361,5 +362,55 @@ func TestPausedRedis(t *testing.T) {
 	}
 	if d := sendAndWait(t, a, b, phone, laptop, 4); d > time.Second {
 		t.Fatalf("after Redis resumed, a wake-up took %v", d)
+	}
+}
+
+// slowStore makes State and Send each take most of a store timeout.
+type slowStore struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowStore) pause(ctx context.Context) error {
+	select {
+	case <-time.After(s.delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s slowStore) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+	if err := s.pause(ctx); err != nil {
+		return store.DeviceState{}, err
+	}
+	return s.Store.State(ctx, household, device)
+}
+
+func (s slowStore) Send(ctx context.Context, p store.SendParams) (store.SendResult, error) {
+	if err := s.pause(ctx); err != nil {
+		return store.SendResult{}, err
+	}
+	return s.Store.Send(ctx, p)
+}
+
+// TestStoreDeadlinePerRequest: the store calls of one request share one
+// FN_STORE_TIMEOUT: a sender's first request (its removal read) and its
+// send, each taking 70% of the timeout, answer 503, not 202 after 140% of
+// it. Without the request's budget each call had its own timeout (tried:
+// 202).
+func TestStoreDeadlinePerRequest(t *testing.T) {
+	base := newHarness(t, nil)
+	base.register("home", "phone")
+	h := newHarnessWith(t, Deps{Store: slowStore{Store: base.db, delay: 700 * time.Millisecond}, Hub: newLocalHub()},
+		func(c *Config) { c.StoreTimeout = time.Second })
+	h.key, h.srv.keys = base.key, base.srv.keys
+	laptop := h.token("home", "laptop") // not seen by this relay: its removal is read first
+	r, err := h.do(context.Background(), "POST", "/v1/send", laptop, map[string]any{"id": "1", "to": []string{"phone"}, "payload": []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable {
+		t.Fatalf("a send whose store calls took 1.4 s of a 1 s budget: %d %s", r.status, r.body)
 	}
 }
