@@ -100,9 +100,7 @@ func (a *acks) run() {
 	}
 }
 
-// flush writes what is pending, a batch at a time. A batch the store
-// refuses goes back to wait for the next round, merged with what came
-// meanwhile.
+// flush writes what is pending, a batch at a time.
 func (a *acks) flush() {
 	for {
 		a.mu.Lock()
@@ -121,20 +119,27 @@ func (a *acks) flush() {
 		a.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-		deleted, err := a.store.AckMany(ctx, batch)
+		err := a.write(ctx, batch)
 		cancel()
-		a.onDone(deleted, err)
 		if err != nil {
-			// Back in line for the next round, without a kick: a
-			// failing store is not retried in a loop.
-			a.mu.Lock()
-			for _, p := range batch {
-				a.merge(p)
-			}
-			a.mu.Unlock()
-			return
+			return // back in line for the next round, not retried in a loop
 		}
 	}
+}
+
+// write writes one batch; a batch the store refuses goes back to wait,
+// merged with what came meanwhile (without a kick).
+func (a *acks) write(ctx context.Context, batch []store.Ack) error {
+	deleted, err := a.store.AckMany(ctx, batch)
+	a.onDone(deleted, err)
+	if err != nil {
+		a.mu.Lock()
+		for _, p := range batch {
+			a.merge(p)
+		}
+		a.mu.Unlock()
+	}
+	return err
 }
 
 // flushHousehold writes now what is pending for household's devices, and
@@ -149,20 +154,7 @@ func (a *acks) flushHousehold(ctx context.Context, household string) bool {
 		}
 	}
 	a.mu.Unlock()
-	if len(batch) == 0 {
-		return false
-	}
-	deleted, err := a.store.AckMany(ctx, batch)
-	a.onDone(deleted, err)
-	if err != nil {
-		a.mu.Lock()
-		for _, p := range batch {
-			a.merge(p)
-		}
-		a.mu.Unlock()
-		return false
-	}
-	return true
+	return len(batch) > 0 && a.write(ctx, batch) == nil
 }
 
 // close writes what is pending and stops the loop.

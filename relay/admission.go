@@ -91,7 +91,10 @@ func (h *households) allow(household string, now time.Time) bool {
 // frozen replica, an operator's transaction) ties up one pooled connection,
 // not all of them, and sends to other devices go on. A send waits for its
 // recipients' gates no longer than the store's lock timeout, and is then
-// refused with 503 as a send that timed out on the lock would be.
+// refused with 503 as a send that timed out on the lock would be. A store
+// with a single writer (SQLite) queues sends itself, in its group commit,
+// and gets no gates: nothing else can hold its rows, and gating there would
+// keep sends to one device out of one group.
 type gates struct {
 	mu sync.Mutex
 	m  map[wake.Key]*gate

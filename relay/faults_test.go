@@ -191,13 +191,7 @@ func (p *proxy) loseNextAnswer() { p.mu.Lock(); p.lose = true; p.mu.Unlock() }
 // and wakes the recipient's held poll at once, as a first send would.
 // Before, a repeat woke nobody, and the poll waited out its wait.
 func TestRetryAfterLostAnswerWakes(t *testing.T) {
-	dbURL := servicetest.PostgresDatabase(t)
-	target, err := urlWithHost(dbURL, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, target)
-	viaProxy, _ := urlWithHost(dbURL, px.addr)
+	px, viaProxy := postgresBehindProxy(t)
 	// One pooled connection, and no background writes meanwhile: the send
 	// is the only thing the proxy carries when it loses an answer.
 	h, st := pgHarness(t, viaProxy, 1, func(c *Config) { c.AckInterval = time.Minute })
@@ -263,6 +257,32 @@ func fleetReplicas(t *testing.T, aRedisURL, redisURL string) (a, b *harness) {
 // (1 s); plus a margin for a busy machine.
 const fallbackBound = 6 * time.Second
 
+// acrossWithin holds a poll on at from cursor i, sends envelope i+1 through
+// from, and fails unless the poll gets it within bound of the send's 202.
+// It returns how long the send took.
+func acrossWithin(t *testing.T, from, at *harness, sender, recipient string, i int, bound time.Duration) time.Duration {
+	t.Helper()
+	held := heldPoll(at, recipient, fmt.Sprintf("cursor=%d&wait=30", i))
+	eventually(t, "the poll held", func() bool { return at.srv.HeldPolls() == 1 })
+	status, took := timedSend(from, sender, fmt.Sprint("m", i), "phone")
+	if status != http.StatusAccepted {
+		t.Fatalf("send %d: %d", i, status)
+	}
+	sent := time.Now()
+	select {
+	case p := <-held:
+		if len(p.Envelopes) != 1 || p.Envelopes[0].Seq != int64(i+1) {
+			t.Fatalf("poll = %+v", p)
+		}
+		if d := time.Since(sent); d > bound {
+			t.Fatalf("send %d reached the poll on the other relay %v after it was accepted", i, d)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatalf("send %d never reached the poll on the other relay", i)
+	}
+	return took
+}
+
 // TestSickReplica: one relay loses Redis (its connection is cut; the
 // others' is fine). Its sends still reach polls held on the other relay
 // within fallbackBound, through the store's health reports and the other
@@ -270,7 +290,8 @@ const fallbackBound = 6 * time.Second
 // the other stays ready; when Redis is back it is ready again. Before, the
 // other relay never learned of the lost wake-ups and its polls waited out
 // their whole wait; with the fleet's Degrade call removed, this went red
-// the same way ("never reached the other's poll"), which was tried.
+// the same way ("never reached the poll on the other relay"), which was
+// tried.
 func TestSickReplica(t *testing.T) {
 	rs := servicetest.StartRedis(t)
 	px := newProxy(t, rs.Addr())
@@ -281,21 +302,7 @@ func TestSickReplica(t *testing.T) {
 	px.cut()
 	cut := time.Now()
 	for i := range 3 {
-		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=30", i))
-		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
-		a.send(laptop, fmt.Sprint("m", i), []byte("x"), "phone")
-		sent := time.Now()
-		select {
-		case p := <-held:
-			if len(p.Envelopes) != 1 {
-				t.Fatalf("poll = %+v", p)
-			}
-			if d := time.Since(sent); d > fallbackBound {
-				t.Fatalf("send %d through the sick relay reached the other's poll %v after it was accepted", i, d)
-			}
-		case <-time.After(25 * time.Second):
-			t.Fatalf("send %d through the sick relay never reached the other's poll", i)
-		}
+		acrossWithin(t, a, b, laptop, phone, i, fallbackBound)
 	}
 	eventually(t, "the sick relay not ready", func() bool {
 		r, err := a.do(context.Background(), "GET", "/ready", "", nil)
@@ -332,25 +339,7 @@ func TestPausedRedis(t *testing.T) {
 	}()
 	var sendTimes []time.Duration
 	for i := range 4 {
-		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=30", i))
-		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
-		status, d := timedSend(a, laptop, fmt.Sprint("m", i), "phone")
-		if status != http.StatusAccepted {
-			t.Fatalf("send with Redis paused: %d", status)
-		}
-		sendTimes = append(sendTimes, d)
-		sent := time.Now()
-		select {
-		case p := <-held:
-			if len(p.Envelopes) != 1 {
-				t.Fatalf("poll = %+v", p)
-			}
-			if d := time.Since(sent); d > fallbackBound {
-				t.Fatalf("send %d reached the held poll %v after it was accepted", i, d)
-			}
-		case <-time.After(25 * time.Second):
-			t.Fatalf("send %d never reached the held poll", i)
-		}
+		sendTimes = append(sendTimes, acrossWithin(t, a, b, laptop, phone, i, fallbackBound))
 	}
 	if slices.Max(sendTimes) > 750*time.Millisecond {
 		t.Fatalf("sends took %v with Redis paused", sendTimes)

@@ -74,7 +74,7 @@ type Server struct {
 	inflight   chan struct{}
 	limiter    *rate.Limiter
 	households households
-	gates      gates
+	gates      *gates // nil: the store queues sends per device itself
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
@@ -126,6 +126,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	if s.positions == nil {
 		s.positions = position.New(0)
+	}
+	if sw, ok := deps.Store.(interface{ SingleWriter() bool }); !ok || !sw.SingleWriter() {
+		s.gates = &gates{}
 	}
 	m, err := newMetrics(deps.Metrics, s, deps.Store, hub)
 	if err != nil {

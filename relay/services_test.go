@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/internal/servicetest"
-	"github.com/flamenet/relay/store/postgres"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/wake"
 	"github.com/flamenet/relay/wake/local"
@@ -286,19 +285,8 @@ func (p *proxy) restore() {
 // /ready says 503, an ack is taken in memory and written once Postgres is
 // back, and the relay recovers by itself.
 func TestPostgresUnreachable(t *testing.T) {
-	dbURL := servicetest.PostgresDatabase(t)
-	u, err := urlWithHost(dbURL, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := newProxy(t, u)
-	viaProxy, _ := urlWithHost(dbURL, px.addr)
-	st, err := postgres.Open(context.Background(), postgres.Config{URL: viaProxy, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	h := newHarnessWith(t, Deps{Store: st, Hub: newLocalHub()}, func(c *Config) { c.StoreTimeout = 2 * time.Second })
+	px, viaProxy := postgresBehindProxy(t)
+	h, st := pgHarness(t, viaProxy, 4, func(c *Config) { c.StoreTimeout = 2 * time.Second })
 	phone := h.register("home", "phone")
 	h.send(phone, "before", []byte("x"), "phone")
 
@@ -347,6 +335,23 @@ func TestPostgresUnreachable(t *testing.T) {
 		st, err := st.State(context.Background(), "home", "phone")
 		return err == nil && st.Cursor >= 1
 	})
+}
+
+// postgresBehindProxy is a throwaway database reached through a proxy the
+// test can cut: the proxy, and the database's URL through it.
+func postgresBehindProxy(t *testing.T) (*proxy, string) {
+	t.Helper()
+	dbURL := servicetest.PostgresDatabase(t)
+	target, err := urlWithHost(dbURL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, target)
+	viaProxy, err := urlWithHost(dbURL, px.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return px, viaProxy
 }
 
 // urlWithHost returns rawURL's host:port, or rawURL with its host replaced

@@ -189,6 +189,11 @@ func (db *DB) Ping(ctx context.Context) error {
 	return nil
 }
 
+// SingleWriter reports that every write of this store goes through one
+// writer: nothing holds a device's row but that writer, and sends queue in
+// its group commit, so a relay need not queue them per device itself.
+func (db *DB) SingleWriter() bool { return true }
+
 // Close closes the readers first and the writer last, so that the last
 // connection to close is the one allowed to checkpoint and remove the WAL.
 func (db *DB) Close() error {
