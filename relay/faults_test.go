@@ -179,12 +179,6 @@ func TestPassingStoreErrorsAre503(t *testing.T) {
 	}
 }
 
-// loseNextAnswer makes the proxy cut the connection that next brings data
-// back from the server, without passing it on: the request reached the
-// server, and its answer is lost, as when a commit reaches the database and
-// the network fails before its answer.
-func (p *proxy) loseNextAnswer() { p.mu.Lock(); p.lose = true; p.mu.Unlock() }
-
 // TestRetryAfterLostAnswerWakes: a send whose commit reached Postgres but
 // whose answer was lost (the relay answered 503 and woke nobody) is retried
 // by its client with the same id; the retry gets the stored answer (202)
@@ -203,7 +197,7 @@ func TestRetryAfterLostAnswerWakes(t *testing.T) {
 	held := heldPoll(h, phone, "cursor=1&wait=30")
 	eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
 
-	px.loseNextAnswer()
+	px.LoseNextAnswer()
 	if status, _ := timedSend(h, laptop, "lost", "phone"); status != http.StatusServiceUnavailable {
 		t.Fatalf("send whose answer was lost: %d, want 503", status)
 	}
@@ -294,12 +288,12 @@ func acrossWithin(t *testing.T, from, at *harness, sender, recipient string, i i
 // tried.
 func TestSickReplica(t *testing.T) {
 	rs := servicetest.StartRedis(t)
-	px := newProxy(t, rs.Addr())
-	a, b := fleetReplicas(t, "redis://"+px.addr+"/0", rs.URL())
+	px := servicetest.NewProxy(t, rs.Addr())
+	a, b := fleetReplicas(t, "redis://"+px.Addr+"/0", rs.URL())
 	phone := b.register("home", "phone")
 	laptop := a.register("home", "laptop")
 
-	px.cut()
+	px.Cut()
 	cut := time.Now()
 	for i := range 3 {
 		acrossWithin(t, a, b, laptop, phone, i, fallbackBound)
@@ -312,7 +306,7 @@ func TestSickReplica(t *testing.T) {
 		t.Fatalf("the sick relay said not ready %v after the cut, before sickAfter", d)
 	}
 	b.must("GET", "/ready", "", nil, http.StatusOK)
-	px.restore()
+	px.Restore()
 	eventually(t, "the relay ready again", func() bool {
 		r, err := a.do(context.Background(), "GET", "/ready", "", nil)
 		return err == nil && r.status == http.StatusOK

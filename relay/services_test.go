@@ -3,13 +3,10 @@ package relay
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -182,104 +179,6 @@ func TestRedisPollsBeyondPool(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP to a target and can be cut (connections closed, new
-// ones refused) and restored, to make a server unreachable on demand.
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-	lose   bool // see loseNextAnswer
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() { p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); io.Copy(up, c); up.Close() }()
-			go func() { defer p.wg.Done(); p.answers(c, up); c.Close() }()
-		}
-	}()
-}
-
-// answers copies the server's data back to the client, unless an answer
-// is to be lost.
-func (p *proxy) answers(c, up net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := up.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			lose := p.lose
-			p.lose = false
-			p.mu.Unlock()
-			if lose {
-				up.Close()
-				return
-			}
-			if _, werr := c.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-func (p *proxy) restore() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serve(ln)
-}
-
 // TestPostgresUnreachable: with Postgres unreachable, sends and polls that
 // need the store answer 503 unavailable with Retry-After (no hang, no 500),
 // /ready says 503, an ack is taken in memory and written once Postgres is
@@ -292,7 +191,7 @@ func TestPostgresUnreachable(t *testing.T) {
 
 	// A device the relay has not seen yet: its poll needs the store.
 	tablet := h.token("home", "tablet")
-	px.cut()
+	px.Cut()
 	for _, req := range []struct{ method, path, tok, body string }{
 		{"POST", "/v1/send", phone, `{"id":"during","to":["phone"],"payload":"eA=="}`},
 		{"GET", "/v1/poll?cursor=0&wait=5", tablet, ""},
@@ -318,7 +217,7 @@ func TestPostgresUnreachable(t *testing.T) {
 	}
 	h.must("POST", "/v1/ack", phone, `{"cursor":1}`, http.StatusNoContent)
 
-	px.restore()
+	px.Restore()
 	eventually(t, "ready again", func() bool {
 		r, err := h.do(context.Background(), "GET", "/ready", "", nil)
 		return err == nil && r.status == http.StatusOK
@@ -339,15 +238,15 @@ func TestPostgresUnreachable(t *testing.T) {
 
 // postgresBehindProxy is a throwaway database reached through a proxy the
 // test can cut: the proxy, and the database's URL through it.
-func postgresBehindProxy(t *testing.T) (*proxy, string) {
+func postgresBehindProxy(t *testing.T) (*servicetest.Proxy, string) {
 	t.Helper()
 	dbURL := servicetest.PostgresDatabase(t)
 	target, err := urlWithHost(dbURL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newProxy(t, target)
-	viaProxy, err := urlWithHost(dbURL, px.addr)
+	px := servicetest.NewProxy(t, target)
+	viaProxy, err := urlWithHost(dbURL, px.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

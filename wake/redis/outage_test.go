@@ -3,7 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -363,13 +362,13 @@ func TestStartWhileRedisDown(t *testing.T) {
 func TestLostWakesAnnounced(t *testing.T) {
 	srv := servicetest.StartRedis(t)
 	// A reaches Redis through a proxy that the test cuts; B directly.
-	px := newProxy(t, srv.Addr())
-	a := newProcess(t, "redis://"+px.addr+"/0", 2, wredis.Config{})
+	px := servicetest.NewProxy(t, srv.Addr())
+	a := newProcess(t, "redis://"+px.Addr+"/0", 2, wredis.Config{})
 	b := newProcess(t, srv.URL(), 2, wredis.Config{HeartbeatTimeout: 30 * time.Second})
 	w := subscribe(t, b.hub, dev(1))
 	got := waitAsync(context.Background(), w)
 
-	px.cut()
+	px.Cut()
 	eventually(t, 3*time.Second, "A unhealthy", func() bool { return a.hub.Health() != nil })
 	if err := a.hub.Signal(context.Background(), wakes(1, dev(1))); err == nil {
 		t.Fatal("Signal through a cut connection = nil")
@@ -382,96 +381,11 @@ func TestLostWakesAnnounced(t *testing.T) {
 	if n := b.obs.rounds(); n != 0 {
 		t.Fatalf("B ran %d rounds though its own Redis is fine", n)
 	}
-	px.restore()
+	px.Restore()
 	if err := receive(t, got, 5*time.Second, "B's poll after A came back"); err != nil {
 		t.Fatalf("Wait = %v", err)
 	}
 	if n := b.counter(t, "fn_redis_fallback_rounds_total", "peer"); n < 1 {
 		t.Fatalf("%v peer rounds on B, want 1", n)
 	}
-}
-
-// proxy forwards TCP to a target and can be cut (connections closed, new
-// ones refused) and restored.
-type proxy struct {
-	t      *testing.T
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() { p.cut(); p.wg.Wait() })
-	return p
-}
-
-func (p *proxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	p.wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			p.wg.Go(func() { copyConn(up, c) })
-			p.wg.Go(func() { copyConn(c, up) })
-		}
-	})
-}
-
-func copyConn(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	dst.Close()
-}
-
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-func (p *proxy) restore() {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serve(ln)
 }
