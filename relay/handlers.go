@@ -518,7 +518,6 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	}
 	// Committed: end the device's held polls on every relay. A failure
 	// here delays that only until the polls' next read of the store.
-	s.recent.forget(wake.Key{Household: c.Household, Device: device})
 	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: device}, at); err != nil {
 		s.log.Warn("telling relays of a removal failed", "err", err)
 	}
