@@ -291,8 +291,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	// Held polls never end on their own within the grace period, so the
 	// hub is drained first and every waiter answers "come back". Closing
-	// may then wait for the hub's own background reads (a Redis BRPOP
-	// round); that runs beside the HTTP shutdown instead of eating its
+	// may then wait for the hub's own goroutines (Redis's subscriber and
+	// heartbeat); that runs beside the HTTP shutdown instead of eating its
 	// grace.
 	hubClosed := make(chan error, 1)
 	go func() { hubClosed <- s.hub.Close() }()
