@@ -66,8 +66,12 @@ func Lookup(env string) (Setting, bool) {
 }
 
 // Check reports whether v is a value the setting accepts, with the error
-// its parser gives.
+// its parser gives. The zero Setting, which Lookup returns for a name it
+// does not know, accepts nothing.
 func (s Setting) Check(v string) error {
+	if s.set == nil {
+		return errors.New("not a relay setting")
+	}
 	var c Config
 	return s.set(&c, v)
 }
