@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flamenet/relay/relay"
+	"github.com/flamenet/relay/config"
 )
 
 var update = flag.Bool("update", false, "rewrite generated sections of the docs")
@@ -29,7 +29,7 @@ func TestSettingsDocs(t *testing.T) {
 		if i < 0 || j < i {
 			t.Fatalf("%s: no settings section between markers", path)
 		}
-		want := doc[:i+len(settingsBegin)] + relay.SettingsTable() + doc[j:]
+		want := doc[:i+len(settingsBegin)] + config.Table() + doc[j:]
 		if want == doc {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/token"
 )
 
@@ -60,12 +60,14 @@ func parseSeed(s string) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
-func keygen(args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+func keygen(args []string, stdout io.Writer) error {
+	fset := flags("keygen", "[flags]", "Create an issuer key pair.", stdout)
 	out := fset.String("out", "", "write the private key (base64 seed) to this file, mode 0600, instead of printing it")
-	if err := fset.Parse(args); err != nil {
+	if _, err := config.Parse(fset, args, nil, noEnv); err != nil {
 		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("keygen: unexpected argument %q", fset.Arg(0))
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -84,17 +86,23 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func mintToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("token", flag.ContinueOnError)
-	fset.SetOutput(stderr)
+// tokenEnv are the variables of the token command's flags.
+var tokenEnv = map[string]string{"key-file": "FN_ISSUER_KEY_FILE", "key": "FN_ISSUER_PRIVATE_KEY"}
+
+func mintToken(args []string, getenv func(string) string, stdout io.Writer) error {
+	fset := flags("token", "[flags]", "Mint a device token with the issuer key; -key-file and -key also read FN_ISSUER_KEY_FILE and FN_ISSUER_PRIVATE_KEY.", stdout)
+	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
 	household := fset.String("household", "home", "household (hh claim)")
 	device := fset.String("device", "", "device (sub claim)")
 	scope := fset.String("scope", token.ScopeDevice, "device or admin")
 	ttl := fset.Duration("ttl", 24*time.Hour, "how long the token is valid")
-	keyFile := fset.String("key-file", envOr(getenv, "FN_ISSUER_KEY_FILE", "data/issuer.key"), "issuer private key file (env FN_ISSUER_KEY_FILE)")
-	keyB64 := fset.String("key", getenv("FN_ISSUER_PRIVATE_KEY"), "issuer private key as a base64 seed, instead of -key-file (env FN_ISSUER_PRIVATE_KEY)")
-	if err := fset.Parse(args); err != nil {
+	keyFile := fset.String("key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE)")
+	keyB64 := fset.String("key", "", "issuer private key as a base64 seed, instead of -key-file (env FN_ISSUER_PRIVATE_KEY)")
+	if _, err := config.Parse(fset, args, getenv, func(f string) string { return tokenEnv[f] }); err != nil {
 		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("token: unexpected argument %q", fset.Arg(0))
 	}
 	if *device == "" {
 		return errors.New("token: -device is required")
@@ -119,7 +127,7 @@ func mintToken(args []string, getenv func(string) string, stdout, stderr io.Writ
 }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := config("migrate", args, getenv, stderr)
+	cfg, err := loadConfig("migrate", args, getenv, stdout)
 	if err != nil {
 		return err
 	}
@@ -129,13 +137,6 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return st.Close()
-}
-
-func envOr(getenv func(string) string, name, def string) string {
-	if v := getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func version() string {

@@ -5,13 +5,19 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flamenet/relay/config"
 )
 
 func main() {
@@ -19,45 +25,121 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "relay:", err)
+		reportExit(os.Stderr, os.Args[1:], os.Getenv, err)
 		os.Exit(1)
 	}
 }
 
-// run is the whole program; tests call it with their own arguments,
-// environment and output.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+// reportExit writes the error the program stops with: one JSON log line
+// when the logs are JSON, so a collector sees nothing else, or a plain line.
+func reportExit(w io.Writer, args []string, getenv func(string) string, err error) {
+	format := getenv("FN_LOG_FORMAT")
+	if cmd, rest := command(args); cmd == "serve" || cmd == "migrate" {
+		// The configuration's own format, flag included, when it loads.
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		if cfg, lerr := config.Load(fs, rest, getenv); lerr == nil {
+			format = cfg.LogFormat
+		}
 	}
+	if format == "json" {
+		slog.New(slog.NewJSONHandler(w, nil)).Error("relay stopped", "err", err.Error())
+		return
+	}
+	fmt.Fprintln(w, "relay:", err)
+}
+
+// command splits the subcommand (serve when none is given) from its
+// arguments.
+func command(args []string) (string, []string) {
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		return args[0], args[1:]
+	}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		return "help", args[1:]
+	}
+	return "serve", args
+}
+
+// run is the whole program; tests call it with their own arguments,
+// environment and output. A request for help (-h, help) is not an error.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd, args := command(args)
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, getenv, stdout, stderr)
 	case "keygen":
-		return keygen(args, stdout, stderr)
+		return keygen(args, stdout)
 	case "token":
-		return mintToken(args, getenv, stdout, stderr)
+		return mintToken(args, getenv, stdout)
 	case "migrate":
 		return migrate(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
+		if err := noFlags("version", "Print the version.", args, stdout); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, "relay", version())
 		return nil
-	case "help", "-h", "--help":
+	case "help":
+		// relay help CMD is relay CMD -h.
+		if len(args) > 0 && args[0] != "help" {
+			return dispatch(ctx, []string{args[0], "-h"}, getenv, stdout, stderr)
+		}
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	return fmt.Errorf("unknown command %q; relay help lists them", cmd)
 }
+
+// flags is a subcommand's flag set; its usage (-h) goes to stdout.
+func flags(name, synopsis, about string, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n", strings.TrimSpace("relay "+name+" "+synopsis), about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// noFlags parses the arguments of a subcommand that takes none.
+func noFlags(name, about string, args []string, stdout io.Writer) error {
+	fs := flags(name, "", about, stdout)
+	if _, err := config.Parse(fs, args, nil, noEnv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+	return nil
+}
+
+func noEnv(string) string { return "" }
 
 // probe is a health check that needs nothing but this binary, for
 // container images that have no shell or curl.
 func probe(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flags("probe", "[URL]", "GET the URL (default http://127.0.0.1:8080/ready); exit 0 on 200.", stdout)
+	if _, err := config.Parse(fs, args, nil, noEnv); err != nil {
+		return err
+	}
 	target := "http://127.0.0.1:8080/ready"
-	if len(args) > 0 {
-		target = args[0]
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		target = fs.Arg(0)
+	default:
+		return fmt.Errorf("probe: unexpected argument %q", fs.Arg(1))
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -77,7 +159,7 @@ func probe(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-const usage = `usage: relay [command] [flags]
+const usage = `usage: relay [command] [flags]; relay help COMMAND or relay COMMAND -h for its flags
 
 commands:
   serve    run the relay (default); flags and FN_* variables: relay serve -h
@@ -86,4 +168,5 @@ commands:
   migrate  apply the store's migrations and exit
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
-  version  print the version`
+  version  print the version
+  help     this list; help COMMAND: the command's flags`

@@ -10,12 +10,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,10 +81,111 @@ func TestBadSettingStopsStart(t *testing.T) {
 			}
 		})
 	}
-	// Flags win over the environment.
+	// Flags win over the environment, and a bad one is named as the flag.
 	err := run(context.Background(), []string{"serve", "-max-wait-secs", "x"}, env(map[string]string{"FN_MAX_WAIT_SECS": "10"}), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `FN_MAX_WAIT_SECS="x"`) {
-		t.Fatalf("flag did not override env: %v", err)
+	if err == nil || !strings.Contains(err.Error(), `-max-wait-secs`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("flag did not override env, or its error does not name it: %v", err)
+	}
+}
+
+// TestHelp: the program's and every subcommand's help goes to stdout and
+// is no error (exit 0).
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"-h"}, {"--help"}, {"help"}, {"help", "serve"}, {"help", "token"},
+		{"serve", "-h"}, {"keygen", "-h"}, {"token", "-h"}, {"migrate", "-h"}, {"probe", "-h"}, {"version", "-h"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, env(nil), &stdout, &stderr)
+		if err != nil || !strings.HasPrefix(stdout.String(), "usage: relay") || stderr.Len() > 0 {
+			t.Errorf("%q: err %v, stdout %q, stderr %q", args, err, stdout.String(), stderr.String())
+		}
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "-h"}, env(nil), &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "-max-wait-secs") || !strings.Contains(stdout.String(), "FN_MAX_WAIT_SECS") {
+		t.Errorf("serve -h does not list the settings: %v\n%s", err, stdout.String())
+	}
+	// The binary's exit status.
+	for _, args := range [][]string{{"-h"}, {"help"}, {"serve", "-h"}, {"token", "-h"}} {
+		out, err := exec.Command(relayBin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("relay %q: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// TestBadFlagNamesIt: every subcommand's bad flag is an error that names
+// the flag, on one line, and the binary exits 1 with it.
+func TestBadFlagNamesIt(t *testing.T) {
+	dir := t.TempDir()
+	vars := env(map[string]string{"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "r.db"), "FN_LISTEN": "127.0.0.1:0"})
+	for _, tt := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"serve", "-max-wait-secs", "soon"}, "-max-wait-secs"},
+		{[]string{"-listen", "nowhere"}, "-listen"},
+		{[]string{"serve", "-no-such"}, "-no-such"},
+		{[]string{"migrate", "-database-url", "mysql://x"}, "-database-url"},
+		{[]string{"keygen", "-bogus"}, "-bogus"},
+		{[]string{"token", "-ttl", "soon"}, "-ttl"},
+		{[]string{"probe", "-x"}, "-x"},
+		{[]string{"version", "-x"}, "-x"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tt.args, vars, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tt.flag) || strings.Contains(err.Error(), "\n") || stdout.Len()+stderr.Len() > 0 {
+			t.Errorf("%q: err %v, output %q %q; want one line naming %s", tt.args, err, stdout.String(), stderr.String(), tt.flag)
+		}
+	}
+	cmd := exec.Command(relayBin, "serve", "-max-wait-secs", "soon")
+	cmd.Env = []string{"FN_LISTEN=127.0.0.1:0", "FN_DATABASE_URL=sqlite:" + filepath.Join(dir, "r.db")}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "-max-wait-secs") {
+		t.Errorf("relay serve -max-wait-secs soon: %v, %q", err, out)
+	}
+}
+
+// TestJSONLogsOnly: with FN_LOG_FORMAT=json every line the relay writes,
+// on stdout and stderr, is a JSON object, from the first start (which
+// creates a key and tells how to mint a token) to the shutdown, and so is
+// the line of an error it stops with. Durations read as Go durations.
+func TestJSONLogsOnly(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": filepath.Join(dir, "issuer.key"),
+		"FN_LOG_FORMAT":      "json",
+		"FN_SHUTDOWN_GRACE":  "1500ms",
+	})
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if p.out.Len() > 0 {
+		t.Errorf("stdout is not empty with JSON logs: %q", p.out)
+	}
+	msgs := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(p.logs()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not a JSON line: %q", line)
+		}
+		msgs[fmt.Sprint(m["msg"])] = m
+	}
+	if g := msgs["shutting down"]["grace"]; g != "1.5s" {
+		t.Errorf("grace logged as %v (%T), want \"1.5s\"", g, g)
+	}
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(msgs)), func(m string) bool { return strings.Contains(m, "relay token") }) {
+		t.Errorf("no log line tells how to mint a token: %v", slices.Collect(maps.Keys(msgs)))
+	}
+
+	cmd := exec.Command(relayBin)
+	cmd.Env = []string{"FN_LOG_FORMAT=json", "FN_MAX_WAIT_SECS=soon"}
+	out, err := cmd.CombinedOutput()
+	var m map[string]any
+	if err == nil || json.Unmarshal(out, &m) != nil || !strings.Contains(fmt.Sprint(m["err"]), "FN_MAX_WAIT_SECS") {
+		t.Errorf("a bad setting with JSON logs: %v, %q", err, out)
 	}
 }
 
@@ -105,7 +208,7 @@ func (p *process) logs() string {
 }
 
 var (
-	servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
+	servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)|"msg":"serving","addr":"http://([^"]+)"`)
 	metricsLine = regexp.MustCompile(`msg=metrics addr=http://(\S+)/metrics`)
 )
 
@@ -141,7 +244,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd, vars map[string]string) *process {
 			}
 			p.mu.Unlock()
 			if m := servingLine.FindStringSubmatch(line); m != nil {
-				found <- m[1]
+				found <- m[1] + m[2]
 			}
 		}
 		p.done <- cmd.Wait()

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/internal/memlimit"
 	"github.com/flamenet/relay/push"
@@ -32,39 +32,78 @@ import (
 	wakeredis "github.com/flamenet/relay/wake/redis"
 )
 
-// config parses the serve flags and FN_* environment into a relay.Config.
-func config(name string, args []string, getenv func(string) string, stderr io.Writer) (relay.Config, error) {
+// loadConfig reads a command's flags and the FN_* environment. Its usage
+// (-h) goes to stdout.
+func loadConfig(name string, args []string, getenv func(string) string, stdout io.Writer) (config.Config, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	build := relay.BindFlags(fs, getenv)
-	if err := fs.Parse(args); err != nil {
-		return relay.Config{}, err
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: relay %s [flags]\n\nEvery flag also reads its FN_* variable; a flag wins over the variable.\n\n", name)
+		fs.PrintDefaults()
+	}
+	cfg, err := config.Load(fs, args, getenv)
+	if err != nil {
+		return config.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return relay.Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return config.Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	return build()
+	return cfg, nil
 }
 
-func newLogger(cfg relay.Config, w io.Writer) *slog.Logger {
+// newLogger logs in FN_LOG_FORMAT at FN_LOG_LEVEL. Durations are written
+// as Go duration strings ("1.5s"), which people and log queries read, not
+// as nanoseconds.
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// relayConfig is what the server takes of the configuration.
+func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay.Config {
+	return relay.Config{
+		IssuerKeys:          keys,
+		PollBudgetBytes:     c.PollBudgetBytes,
+		MaxEnvelopeBytes:    c.MaxEnvelopeBytes,
+		MaxWait:             c.MaxWait,
+		MaxRecipients:       c.MaxRecipients,
+		MaxPendingEnvelopes: c.MaxPendingEnvelopes,
+		MaxPendingBytes:     c.MaxPendingBytes,
+		StoreTimeout:        c.StoreTimeout,
+		LockTimeout:         c.LockTimeout,
+		BodyTimeout:         c.BodyTimeout,
+		AckInterval:         c.AckInterval,
+		RelayReplicas:       c.RelayReplicas,
+		SendInflight:        c.SendInflight,
+		SendRate:            c.SendRate,
+		SendBurst:           c.SendBurst,
+		HouseholdSendRate:   c.HouseholdSendRate,
+		HouseholdSendBurst:  c.HouseholdSendBurst,
+		MaxHouseholdPending: c.MaxHouseholdPending,
+		MaxHeldPolls:        heldPolls,
+	}
+}
+
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := config("serve", args, getenv, stderr)
+	cfg, err := loadConfig("serve", args, getenv, stdout)
 	if err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)
 
+	keys := cfg.IssuerKeys
 	var minted ed25519.PrivateKey
-	if len(cfg.IssuerKeys) == 0 {
+	if len(keys) == 0 {
 		key, created, err := loadOrCreateIssuerKey(cfg.IssuerKeyFile)
 		if err != nil {
 			return fmt.Errorf("FN_ISSUER_KEY_FILE: %w", err)
@@ -72,13 +111,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if created {
 			log.Info("created an issuer key", "file", cfg.IssuerKeyFile)
 		}
-		cfg.IssuerKeys = []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
+		keys = []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
 		minted = key
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.MaxHeldPolls = heldPollCap(cfg, log)
+	heldPolls := heldPollCap(cfg, log)
 	memoryTarget(getenv, log)
 
 	st, err := openStore(ctx, cfg, log)
@@ -109,7 +148,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("push settings: %w", err)
 	}
 	defer pq.Close(context.Background()) // a no-op after the drain below
-	srv, err := relay.New(cfg, relay.Deps{
+	srv, err := relay.New(relayConfig(cfg, keys, heldPolls), relay.Deps{
 		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"), Metrics: reg,
 	})
 	if err != nil {
@@ -153,9 +192,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("FN_LISTEN: %w", err)
 	}
 	addr := ln.Addr().String()
-	log.Info("serving", "addr", "http://"+addr, "store", storeKind(cfg.DatabaseURL))
+	log.Info("serving", "addr", "http://"+addr, "store", string(cfg.Database.Kind))
 	if minted != nil {
-		printWelcome(stdout, addr, cfg.IssuerKeyFile)
+		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile)
 	}
 
 	errc := make(chan error, 1)
@@ -187,7 +226,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-func pushConfig(cfg relay.Config, log *slog.Logger) push.Config {
+func pushConfig(cfg config.Config, log *slog.Logger) push.Config {
 	return push.Config{
 		Workers:               cfg.PushWorkers,
 		QueueSize:             cfg.PushQueue,
@@ -203,23 +242,16 @@ func pushConfig(cfg relay.Config, log *slog.Logger) push.Config {
 	}
 }
 
-func storeKind(url string) string {
-	if strings.HasPrefix(url, "sqlite:") {
-		return "sqlite"
-	}
-	return "postgres"
-}
-
 // openStore opens the backend FN_DATABASE_URL names.
-func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.Store, error) {
-	if path, ok := strings.CutPrefix(cfg.DatabaseURL, "sqlite:"); ok {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: path, Synchronous: cfg.SQLiteSynchronous, Logger: log})
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store.Store, error) {
+	if cfg.Database.Kind == config.SQLite {
+		db, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.Database.Path, Synchronous: cfg.SQLiteSynchronous, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
 		}
 		return db, nil
 	}
-	db, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: int32(cfg.PostgresPoolSize()), LockTimeout: cfg.LockTimeout, Logger: log})
+	db, err := postgres.Open(ctx, postgres.Config{URL: cfg.Database.DSN, MaxConns: int32(cfg.PostgresPoolSize()), LockTimeout: cfg.LockTimeout, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
 	}
@@ -233,7 +265,7 @@ func openStore(ctx context.Context, cfg relay.Config, log *slog.Logger) (store.S
 // Redis answers (see wake/redis.New).
 // The returned func releases what the hub holds after the server has shut
 // down (the server closes the hub itself while draining).
-func openHub(ctx context.Context, cfg relay.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
+func openHub(ctx context.Context, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (wake.Hub, func() error, error) {
 	if cfg.RelayReplicas <= 1 {
 		return local.New(nil), func() error { return nil }, nil
 	}
@@ -277,7 +309,7 @@ func memoryTarget(getenv func(string) string, log *slog.Logger) {
 // heldPollCap raises the open-file limit and returns FN_MAX_HELD_POLLS, or
 // when that is unset, what the limit leaves room for. It warns when the
 // limit is too low for the settings.
-func heldPollCap(cfg relay.Config, log *slog.Logger) int {
+func heldPollCap(cfg config.Config, log *slog.Logger) int {
 	limit, err := fdlimit.Raise()
 	if err != nil {
 		log.Warn("could not raise the open-file limit", "err", err)
@@ -285,7 +317,7 @@ func heldPollCap(cfg relay.Config, log *slog.Logger) int {
 	// A held poll costs its socket, in every mode: with Redis it holds no
 	// connection there.
 	b := fdlimit.Budget{PerPoll: 1, Reserved: cfg.SendInflight + 64}
-	if strings.HasPrefix(cfg.DatabaseURL, "sqlite:") {
+	if cfg.Database.Kind == config.SQLite {
 		b.Reserved += 16
 	} else {
 		b.Reserved += cfg.PostgresPoolSize() + 1
@@ -334,7 +366,16 @@ func (r redisPoolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(redisTimeoutsDesc, prometheus.CounterValue, float64(st.Timeouts))
 }
 
-func printWelcome(w io.Writer, addr, keyFile string) {
+// welcome tells whoever started the relay for the first time how to mint a
+// token for the key it created: as text on stdout for a person at a
+// terminal, or as one log line when the logs are JSON, so that a log
+// collector reading the output sees nothing but JSON.
+func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile string) {
+	if format == "json" {
+		log.Info("trusting the issuer key created in key_file; mint a device token with: relay token -household home -device phone",
+			"key_file", keyFile, "addr", "http://"+addr)
+		return
+	}
 	fmt.Fprintf(w, `
 The relay trusts the issuer key in %s.
 Mint a device token:

@@ -1,217 +1,552 @@
 package deploy
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"go/version"
+	"io"
 	"maps"
+	"net"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
-// TestSystemdAnalyze runs a tool; nothing it starts may outlive the tests.
+// The tool tests run haproxy and systemd-analyze; nothing may outlive them.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The deployment files, by path from the repository root.
 const (
-	dockerfile    = "Dockerfile"
-	dockerignore  = ".dockerignore"
-	composeSingle = "compose.yaml"
-	composeFleet  = "compose.replicas.yaml"
-	haproxyCfg    = "deploy/haproxy.cfg"
-	systemdUnit   = "deploy/relay.service"
-	kubeDir       = "deploy/kubernetes"
+	minNofile   = 65536           // a held poll is an open file
+	drainMargin = 5 * time.Second // after the grace the relay still closes its store
+	waitMargin  = 10 * time.Second
+	one, fleet  = "compose.yaml", "compose.replicas.yaml"
+	unit, hap   = "deploy/relay.service", "deploy/haproxy.cfg"
+	kube        = "deploy/kubernetes" // kind -> manifest
 )
 
-// The least open-file limit a deployment gives the relay: a held poll is
-// one file, two with several replicas.
-const minNofile = 65536
+// tree is every deployment file parsed into maps and lists: YAML as it
+// decodes, the others by sections(). The checks read these, never the
+// text, so a reformatted file checks the same.
+type tree map[string]any
 
-// drainMargin is the least time a supervisor leaves past FN_SHUTDOWN_GRACE
-// before SIGKILL: after the grace the relay still closes its store.
-const drainMargin = 5 * time.Second
-
-// files maps a path from the repository root to its content.
-type files map[string]string
-
-func loadFiles(tb testing.TB) files {
-	tb.Helper()
-	f := files{}
-	for _, p := range []string{dockerfile, dockerignore, composeSingle, composeFleet, haproxyCfg, systemdUnit} {
-		b, err := os.ReadFile(filepath.Join("..", p))
+func load(tb testing.TB) tree {
+	read := func(path string) string {
+		b, err := os.ReadFile(filepath.Join("..", path))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		f[p] = string(b)
+		return string(b)
 	}
-	kube, err := filepath.Glob(filepath.Join("..", kubeDir, "*.yaml"))
-	if err != nil || len(kube) == 0 {
-		tb.Fatalf("no manifests in %s: %v", kubeDir, err)
-	}
-	for _, p := range kube {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			tb.Fatal(err)
+	t, kinds := tree{}, map[string]any{}
+	manifests, _ := filepath.Glob("../" + kube + "/*.yaml")
+	for _, f := range append([]string{one, fleet}, manifests...) {
+		dec := yaml.NewDecoder(strings.NewReader(read(strings.TrimPrefix(f, "../"))))
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				tb.Fatalf("%s: %v", f, err)
+			}
+			t[f], kinds[str(doc["kind"])] = doc, doc
 		}
-		rel, _ := filepath.Rel("..", p)
-		f[filepath.ToSlash(rel)] = string(b)
 	}
-	return f
+	t[kube] = kinds
+	never := func(string) bool { return false }
+	t[unit] = sections(read(unit), "#;", "=", func(l string) bool { return l[0] == '[' })
+	t[hap] = sections(read(hap), "#", " ", func(l string) bool { return l[0] != ' ' && l[0] != '\t' })
+	t["Dockerfile"] = sections(strings.ReplaceAll(read("Dockerfile"), "\\\n", " "), "#", " ", never)[""]
+	t[".dockerignore"] = sections(read(".dockerignore"), "#", "\x00", never)[""]
+	t["go.mod"] = regexp.MustCompile(`(?m)^go (\S+)`).FindStringSubmatch(read("go.mod"))[1]
+	return t
+}
+
+// sections reads a line-based file: header lines open sections ("" before
+// the first), other lines are key and value split at sep, each key's values
+// a list in file order (a unit's Environment=, HAProxy's timeouts).
+func sections(text, comment, sep string, header func(string) bool) map[string]any {
+	cur := map[string]any{}
+	out := map[string]any{"": cur}
+	for _, raw := range strings.Split(text, "\n") {
+		l := strings.Join(strings.Fields(raw), " ")
+		if l == "" || strings.ContainsAny(l[:1], comment) {
+			continue
+		} else if header(raw) {
+			cur = map[string]any{}
+			out[strings.Trim(l, "[]")] = cur
+		} else {
+			k, v, _ := strings.Cut(l, sep)
+			cur[k] = append(orList(cur[k]), v)
+		}
+	}
+	return out
+}
+
+// get walks a file's tree by a dotted path: map keys, list indexes, or
+// name=X for the list element whose name is X. nil where the path ends.
+func (t tree) get(file, path string) any {
+	v := t[file]
+	for _, p := range strings.Split(path, ".") {
+		l := orList(v)
+		i, err := strconv.Atoi(p)
+		if name, ok := strings.CutPrefix(p, "name="); ok {
+			i, err = slices.IndexFunc(l, func(e any) bool { return str(dig(e, "name")) == name }), nil
+		}
+		if v = dig(v, p); err == nil && i >= 0 && i < len(l) {
+			v = l[i]
+		}
+	}
+	return v
+}
+
+// set replaces (nil: deletes) the value at a path whose parent is a map.
+func (t tree) set(file, path string, v any) {
+	i := strings.LastIndex(path, ".")
+	m := orMap(t[file])
+	if i >= 0 {
+		m = orMap(t.get(file, path[:i]))
+	}
+	if m[path[i+1:]] = v; v == nil {
+		delete(m, path[i+1:])
+	}
+}
+
+func dig(v any, key string) any  { return orMap(v)[key] }
+func orMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+func orList(v any) []any         { l, _ := v.([]any); return l }
+
+// str is a scalar as text, the last of a list of strings (a unit's key set
+// twice, the final Dockerfile stage's USER), "" for nothing.
+func str(v any) string {
+	if l := strs(v); len(l) > 0 && !strings.HasPrefix(l[0], "{") {
+		return l[len(l)-1]
+	} else if s, ok := v.(string); ok || v == nil {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func strs(v any) (out []string) {
+	for _, e := range orList(v) {
+		out = append(out, str(e))
+	}
+	return out
+}
+
+// line is the rest of the first value in a list (HAProxy's) that starts
+// with the word prefix; "" prefix: the first value.
+func line(v any, prefix string) string {
+	for _, s := range strs(v) {
+		if rest, ok := strings.CutPrefix(s+" ", prefix+" "); ok || prefix == "" {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
+}
+
+// duration reads "20s", "1m30s", or a bare number in unit; -1 for neither.
+func duration(v string, unit time.Duration) time.Duration {
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(n * float64(unit))
+	} else if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	return -1
+}
+
+func number(v any) int {
+	if n, err := strconv.Atoi(str(v)); err == nil {
+		return n
+	}
+	return -1
+}
+
+// hardNofile is compose's ulimits.nofile (N, or soft and hard) or systemd's
+// LimitNOFILE (N or SOFT:HARD): the hard limit, to which the relay raises
+// its soft one.
+func hardNofile(v any) int {
+	if h := dig(v, "hard"); h != nil {
+		return number(h)
+	}
+	return number(str(v)[strings.Index(str(v), ":")+1:])
+}
+
+// operatorKey stands in for the issuer keys an operator supplies: compose's
+// required ${FN_ISSUER_KEYS:?} and the example Secret's CHANGE-ME.
+var operatorKey = func() string {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	return base64.StdEncoding.EncodeToString(pub)
+}()
+
+var interpolation = regexp.MustCompile(`\$\{(\w+)(?::?([-?])([^}]*))?\}`)
+
+// relays reads every environment the files give the relay, by place (the
+// image, the unit, each compose relay service as "compose.yaml relay", and
+// Kubernetes, which start from the image's ENV as container runtimes do),
+// through the config package itself: each value by its setting's parser,
+// then the whole configuration as the relay would load it.
+func (t tree) relays(p *problems) map[string]config.Config {
+	out := map[string]config.Config{}
+	add := func(where string, env map[string]string) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			s, ok := config.Lookup(k)
+			err := s.Check(env[k])
+			p.when((ok || strings.HasPrefix(k, "FN_")) && err != nil, "%s: %s=%q: %v", where, k, env[k], err)
+		}
+		cfg, err := config.FromEnv(func(k string) string { return env[k] })
+		p.when(err != nil, "%s: the relay would not start: %v", where, err)
+		out[where] = cfg
+	}
+	assign := func(kvs []string) map[string]string {
+		env := map[string]string{}
+		for _, kv := range strings.Fields(strings.Join(kvs, " ")) {
+			k, v, _ := strings.Cut(strings.Trim(kv, `"`), "=")
+			env[k] = v
+		}
+		return env
+	}
+	image := assign(strs(t.get("Dockerfile", "ENV")))
+	add("Dockerfile", image)
+	add(unit, assign(strs(t.get(unit, "Service.Environment"))))
+	for _, file := range []string{one, fleet} {
+		for _, name := range t.relayServices(file) {
+			env := maps.Clone(image)
+			for k, v := range orMap(t.get(file, "services."+name+".environment")) {
+				env[k] = interpolation.ReplaceAllStringFunc(str(v), func(m string) string {
+					g := interpolation.FindStringSubmatch(m)
+					if g[1] == "FN_ISSUER_KEYS" {
+						return operatorKey
+					} else if g[2] == "?" {
+						p.add("%s: %s needs %s, which the checks have no value for", file, k, g[1])
+					}
+					return g[3]
+				})
+			}
+			add(file+" "+name, env)
+		}
+	}
+	env := maps.Clone(image)
+	for _, e := range orList(t.get(kube, "Deployment.spec.template.spec.containers.0.env")) {
+		name, ref := str(dig(e, "name")), dig(dig(e, "valueFrom"), "secretKeyRef")
+		if env[name] = str(dig(e, "value")); ref != nil {
+			v, ok := t.get(kube, "Secret.stringData."+str(dig(ref, "key"))).(string)
+			p.when(!ok || str(t.get(kube, "Secret.metadata.name")) != str(dig(ref, "name")), "%s: %s: the example Secret has no %s", kube, name, str(dig(ref, "key")))
+			if env[name] = v; v == "CHANGE-ME" && name == "FN_ISSUER_KEYS" {
+				env[name] = operatorKey
+			}
+		} else if name == "FN_ISSUER_KEYS" || name == "FN_DATABASE_URL" || name == "FN_REDIS_URL" {
+			p.add("%s: %s is set in the manifest; it belongs in the Secret", kube, name)
+		}
+	}
+	add(kube, env)
+	return out
+}
+
+// relayServices are the compose services built from the Dockerfile.
+func (t tree) relayServices(file string) (out []string) {
+	for name, svc := range orMap(t.get(file, "services")) {
+		if dig(svc, "build") != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func port(cfg config.Config) string {
+	_, p, _ := net.SplitHostPort(cfg.Listen)
+	return p
 }
 
 // problems collects what the checks find, so one run reports all of them.
 type problems []string
 
-func (p *problems) add(format string, args ...any) {
-	*p = append(*p, fmt.Sprintf(format, args...))
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Sprintf(format, args...)) }
+
+// when adds the problem if bad holds.
+func (p *problems) when(bad bool, format string, args ...any) {
+	if bad {
+		p.add(format, args...)
+	}
 }
 
-// check reads the files it needs and reports what is wrong with them.
-type check func(f files, s settings, p *problems)
+const pod, container = "Deployment.spec.template.spec", "Deployment.spec.template.spec.containers.0"
 
-var checks = map[string]check{
-	"dockerfile":  checkDockerfile,
-	"compose":     checkComposeSingle,
-	"replicas":    checkComposeFleet,
-	"systemd":     checkSystemd,
-	"kubernetes":  checkKubernetes,
-	"environment": checkSettingNames,
+// checks look at the parsed files and the relays' configurations.
+var checks = []func(t tree, r map[string]config.Config, p *problems){
+	// The supervisor waits out the relay's drain before SIGKILL.
+	func(t tree, r map[string]config.Config, p *problems) {
+		for where, rl := range r {
+			file, svc, _ := strings.Cut(where, " ")
+			need, stop := rl.ShutdownGrace+drainMargin, duration(str(t.get(file, "services."+svc+".stop_grace_period")), 1e9)
+			switch {
+			case where == unit:
+				stop = duration(str(t.get(unit, "Service.TimeoutStopSec")), 1e9)
+			case where == kube:
+				stop = duration(str(t.get(kube, pod+".terminationGracePeriodSeconds")), 1e9)
+				need += duration(str(t.get(kube, container+".lifecycle.preStop.sleep.seconds")), 1e9)
+			case where == "Dockerfile":
+				continue
+			}
+			p.when(stop < need, "%s: the supervisor kills after %v (stop_grace_period, TimeoutStopSec, terminationGracePeriodSeconds), before the drain's %v", where, stop, need)
+		}
+		s := str(t.get(unit, "Service.KillSignal"))
+		p.when(s != "SIGTERM" && s != "", "%s: KillSignal=%s; the relay drains on SIGTERM", unit, s)
+	},
+	// Held polls are open files; the proxy holds two per client.
+	func(t tree, r map[string]config.Config, p *problems) {
+		n := hardNofile(t.get(unit, "Service.LimitNOFILE"))
+		p.when(n < minNofile, "%s: LimitNOFILE %d, want at least %d", unit, n, minNofile)
+		for _, file := range []string{one, fleet} {
+			for _, svc := range t.relayServices(file) {
+				n := hardNofile(t.get(file, "services."+svc+".ulimits.nofile"))
+				p.when(n < minNofile, "%s %s: ulimits nofile %d, want at least %d", file, svc, n, minNofile)
+			}
+		}
+		n, m := hardNofile(t.get(fleet, "services.lb.ulimits.nofile")), number(line(t.get(hap, "global.maxconn"), ""))
+		p.when(n < 2*m, "%s lb: ulimits nofile %d below twice HAProxy's maxconn %d", fleet, n, m)
+	},
+	// Health checks ask the relay's own port: /ready for traffic, /live for restarts.
+	func(t tree, r map[string]config.Config, p *problems) {
+		want := func(rl config.Config) string {
+			return strings.Join(append(execForm(str(t.get("Dockerfile", "ENTRYPOINT"))), "probe", "http://127.0.0.1:"+port(rl)+"/ready"), " ")
+		}
+		hc := str(t.get("Dockerfile", "HEALTHCHECK"))
+		got := strings.Join(execForm(hc[strings.Index(hc, "CMD ")+4:]), " ")
+		p.when(got != want(r["Dockerfile"]), "Dockerfile: HEALTHCHECK runs %q, want %q (ENTRYPOINT, FN_LISTEN's port, /ready)", got, want(r["Dockerfile"]))
+		for where, rl := range r {
+			if file, svc, ok := strings.Cut(where, " "); ok {
+				test := strs(t.get(file, "services."+svc+".healthcheck.test"))
+				p.when(strings.Join(test[min(1, len(test)):], " ") != want(rl), "%s: healthcheck runs %q, want %q (ENTRYPOINT, FN_LISTEN's port, /ready)", where, test, want(rl))
+			}
+		}
+		for probe, path := range map[string]string{"readinessProbe": "/ready", "livenessProbe": "/live"} {
+			get := t.get(kube, container+"."+probe+".httpGet")
+			p.when(str(dig(get, "path")) != path || t.containerPort(dig(get, "port")) != port(r[kube]), "%s: %s asks %v on port %v, want %s on FN_LISTEN's port", kube, probe, dig(get, "path"), dig(get, "port"), path)
+		}
+		chk := line(t.get(hap, "backend relays.http-check"), "send")
+		p.when(!strings.Contains(chk+" ", "uri /ready "), "%s: http-check send %q, want uri /ready", hap, chk)
+	},
+	// The load balancer: timeouts above the longest poll, every relay a server.
+	func(t tree, r map[string]config.Config, p *problems) {
+		for _, name := range t.relayServices(fleet) {
+			rl := r[fleet+" "+name]
+			for _, side := range []string{"client", "server"} {
+				d := duration(line(t.get(hap, "defaults.timeout"), side), 1e6)
+				p.when(d < rl.MaxWait+waitMargin, "%s: timeout %s %v, want above FN_MAX_WAIT_SECS (%v) plus %v", hap, side, d, rl.MaxWait, waitMargin)
+			}
+			if !slices.ContainsFunc(strs(t.get(hap, "backend relays.server")), func(s string) bool { return strings.Fields(s + " x")[1] == name+":"+port(rl) }) {
+				p.add("%s: no server %s:%s for the relay service %s", hap, name, port(rl), name)
+			}
+			p.when(str(t.get(fleet, "services.lb.depends_on."+name+".condition")) != "service_healthy", "%s lb: does not wait for %s to be healthy", fleet, name)
+		}
+		for _, sec := range []string{"defaults", "backend relays"} {
+			if slices.ContainsFunc(strs(t.get(hap, sec+".option")), func(o string) bool { return strings.HasSuffix(o, "close") }) {
+				p.add("%s: %s closes connections to the relays; keep-alive saves a handshake per poll", hap, sec)
+			}
+		}
+		if !slices.ContainsFunc(strs(t.get(fleet, "services.lb.volumes")), func(v string) bool { return path.Clean(strings.Split(v, ":")[0]) == hap }) {
+			p.add("%s lb: does not mount %s", fleet, hap)
+		}
+	},
+	// Replica counts agree with FN_RELAY_REPLICAS; containers share Postgres.
+	func(t tree, r map[string]config.Config, p *problems) {
+		for where, rl := range r {
+			file, _, ok := strings.Cut(where, " ")
+			n := len(t.relayServices(file))
+			if where == kube {
+				n = number(t.get(kube, "Deployment.spec.replicas"))
+			} else if !ok {
+				continue
+			}
+			p.when(n != rl.RelayReplicas || rl.Database.Kind != config.Postgres, "%s: %d replicas on %s, FN_RELAY_REPLICAS says %d; want them equal, on postgres", where, n, rl.Database.Kind, rl.RelayReplicas)
+		}
+		p.when(number(t.get(kube, "PodDisruptionBudget.spec.maxUnavailable")) < 1 && number(t.get(kube, "PodDisruptionBudget.spec.minAvailable")) >= r[kube].RelayReplicas, "%s: the PodDisruptionBudget lets no relay be drained", kube)
+	},
+	// Kubernetes objects select the Deployment's pods and the relay's port.
+	func(t tree, r map[string]config.Config, p *problems) {
+		for _, sel := range []string{"Service.spec.selector", "PodDisruptionBudget.spec.selector.matchLabels", "Deployment.spec.selector.matchLabels"} {
+			for k, v := range orMap(t.get(kube, sel)) {
+				p.when(str(dig(t.get(kube, "Deployment.spec.template.metadata.labels"), k)) != str(v), "%s: %s %s=%v is not a label of the pods", kube, sel, k, v)
+			}
+			p.when(len(orMap(t.get(kube, sel))) == 0, "%s: %s selects nothing", kube, sel)
+		}
+		target := t.get(kube, "Service.spec.ports.0.targetPort")
+		p.when(t.containerPort(target) != port(r[kube]), "%s: the Service targets %v, not FN_LISTEN's port", kube, target)
+	},
+	// Least privilege in every runtime.
+	func(t tree, r map[string]config.Config, p *problems) {
+		uid, _, _ := strings.Cut(str(t.get("Dockerfile", "USER")), ":")
+		p.when(number(uid) < 1, "Dockerfile: USER %q, want a numeric non-root user", uid)
+		for path, want := range map[string]string{pod + ".securityContext.runAsNonRoot": "true", container + ".securityContext.readOnlyRootFilesystem": "true",
+			container + ".securityContext.allowPrivilegeEscalation": "false", container + ".securityContext.capabilities.drop": "ALL"} {
+			got := str(t.get(kube, path))
+			p.when(got != want, "%s: %s is %s, want %s", kube, path, got, want)
+		}
+		for _, file := range []string{one, fleet} {
+			for name, svc := range orMap(t.get(file, "services")) {
+				for _, pub := range strs(dig(svc, "ports")) {
+					p.when(!strings.HasPrefix(pub, "127.0.0.1:"), "%s %s: port %s is published beyond loopback", file, name, pub)
+				}
+			}
+			for _, svc := range t.relayServices(file) {
+				p.when(str(t.get(file, "services."+svc+".read_only")) != "true" || !slices.Contains(strs(t.get(file, "services."+svc+".cap_drop")), "ALL"), "%s %s: want read_only and cap_drop ALL", file, svc)
+			}
+		}
+		p.when(str(t.get(unit, "Service.DynamicUser")) != "yes" && strings.TrimPrefix(str(t.get(unit, "Service.User")), "root") == "", "%s: runs as root; want DynamicUser=yes or a User", unit)
+		for _, f := range strs(t.get(unit, "Service.SystemCallFilter")) {
+			p.when(strings.HasPrefix(f, "~") && (strings.Contains(f, "@resources") || strings.Contains(f, "setrlimit")), "%s: SystemCallFilter=%s denies setrlimit, which raises the open-file limit", unit, f)
+		}
+	},
+	// State lives where the runtime keeps it; builds are static and clean.
+	func(t tree, r map[string]config.Config, p *problems) {
+		for where, dir := range map[string]string{"Dockerfile": strings.Join(execForm(str(t.get("Dockerfile", "VOLUME"))), " "), unit: "/var/lib/" + str(t.get(unit, "Service.StateDirectory"))} {
+			cfg := r[where]
+			for what, f := range map[string]string{"FN_DATABASE_URL": cfg.Database.Path, "FN_ISSUER_KEY_FILE": cfg.IssuerKeyFile} {
+				p.when(cfg.Database.Kind != config.SQLite || filepath.Dir(f) != dir || dir == "/var/lib/", "%s: %s %q is not in the state directory %q", where, what, f, dir)
+			}
+		}
+		from := strings.Fields(str(strs(t.get("Dockerfile", "FROM"))[0]) + " ")[0]
+		image, v, _ := strings.Cut(from, ":")
+		p.when(image != "golang" || version.Compare(version.Lang("go"+v), version.Lang("go"+t["go.mod"].(string))) < 0, "Dockerfile: builds with %q, older than go.mod's go %s", from, t["go.mod"])
+		p.when(!strings.Contains(" "+strings.Join(strs(t.get("Dockerfile", "ENV")), " ")+" ", " CGO_ENABLED=0 "), "Dockerfile: the build does not set CGO_ENABLED=0; the final image has no libc")
+		for _, must := range []string{".git", "data"} { // data may hold an issuer private key
+			p.when(dig(t[".dockerignore"], must) == nil, ".dockerignore: %s is not kept out of the build context", must)
+		}
+	},
 }
 
-func runChecks(f files, s settings) problems {
+// containerPort resolves a port by name or number to the container's port.
+func (t tree) containerPort(ref any) string {
+	for _, p := range orList(t.get(kube, container+".ports")) {
+		if str(dig(p, "name")) == str(ref) || str(dig(p, "containerPort")) == str(ref) {
+			return str(dig(p, "containerPort"))
+		}
+	}
+	return ""
+}
+
+// execForm reads a JSON array argument (CMD ["/relay", "probe"]).
+func execForm(s string) (out []string) {
+	_ = json.Unmarshal([]byte(s), &out)
+	return out
+}
+
+func (t tree) problems() problems {
 	var p problems
-	for _, name := range slices.Sorted(maps.Keys(checks)) {
-		checks[name](f, s, &p)
+	r := t.relays(&p)
+	for _, c := range checks {
+		c(t, r, &p)
 	}
 	return p
 }
 
 func TestDeployFiles(t *testing.T) {
-	f := loadFiles(t)
-	s := relaySettings(t)
-	for _, name := range slices.Sorted(maps.Keys(checks)) {
-		t.Run(name, func(t *testing.T) {
-			var p problems
-			checks[name](f, s, &p)
-			for _, msg := range p {
-				t.Error(msg)
+	for _, msg := range load(t).problems() {
+		t.Error(msg)
+	}
+}
+
+// TestToolsAccept: HAProxy and systemd read the files themselves, and the
+// unit's exposure stays low (scored 0, best, to 10; the threshold is in
+// tenths).
+func TestToolsAccept(t *testing.T) {
+	self, _ := os.Executable() // verify wants ExecStart to exist
+	src, err := os.ReadFile("relay.service")
+	unit := filepath.Join(t.TempDir(), "relay.service")
+	if err == nil {
+		err = os.WriteFile(unit, []byte(strings.Replace(string(src), "ExecStart=/usr/local/bin/relay", "ExecStart="+self, 1)), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]string{{"haproxy", "-c", "-f", "haproxy.cfg"}, {"systemd-analyze", "verify", "--man=no", unit}, {"systemd-analyze", "security", "--offline=yes", "--threshold=20", unit}} {
+		t.Run(cmd[0]+" "+cmd[1], func(t *testing.T) {
+			bin, err := exec.LookPath(cmd[0])
+			if err != nil {
+				servicetest.Unavailable(t, cmd[0], err) // skips, or fails with FN_TEST_REQUIRE_SERVICES=1
+			}
+			// verify exits 0 on what it only warns about.
+			if out, err := exec.CommandContext(t.Context(), bin, cmd[1:]...).CombinedOutput(); err != nil || cmd[1] == "verify" && len(out) > 0 {
+				t.Errorf("%q: %v\n%s", cmd, err, out)
 			}
 		})
 	}
 }
 
-// TestChecksCatchBreakage breaks one value at a time and expects a check to
-// say so: each row is a check seen red. A row whose old text is no longer in
-// the file fails too, so the table follows the files.
+// TestChecksCatchBreakage breaks the parsed files one way at a time and
+// expects a problem that says so: each row is a check seen red.
 func TestChecksCatchBreakage(t *testing.T) {
-	tests := []struct {
-		name, file, old, new, want string
+	for _, tt := range []struct {
+		file, path string
+		to         any // nil deletes
+		want       string
 	}{
-		{"dockerfile single stage", dockerfile, "FROM golang:1.26 AS build", "FROM gcr.io/distroless/static-debian12:nonroot AS build", "golang:1.26"},
-		{"dockerfile cgo", dockerfile, "ENV CGO_ENABLED=0", "ENV CGO_ENABLED=1", "CGO_ENABLED=0"},
-		{"dockerfile trimpath", dockerfile, "-trimpath ", "", "-trimpath"},
-		{"dockerfile root user", dockerfile, "USER 65532:65532", "USER 0", "non-root"},
-		{"dockerfile named user", dockerfile, "USER 65532:65532", "USER nonroot", "numeric"},
-		{"dockerfile no user", dockerfile, "USER 65532:65532\n", "", "USER"},
-		{"dockerfile listen loopback", dockerfile, "FN_LISTEN=0.0.0.0:8080", "FN_LISTEN=127.0.0.1:8080", "0.0.0.0"},
-		{"dockerfile expose", dockerfile, "EXPOSE 8080 9090", "EXPOSE 9090", "EXPOSE"},
-		{"dockerfile data owner", dockerfile, "--chown=65532:65532 /out/data /data", "/out/data /data", "/data"},
-		{"dockerfile cmd", dockerfile, `CMD ["serve"]`, `CMD ["version"]`, "CMD"},
-		{"dockerignore git", dockerignore, "\n.git\n", "\n", ".git"},
-		{"dockerignore data", dockerignore, "\ndata\n", "\n", "data"},
-
-		{"compose nofile", composeSingle, "soft: 65536", "soft: 1024", "nofile"},
-		{"compose no ulimits", composeSingle, "    ulimits:\n      nofile:\n        soft: 65536\n        hard: 65536\n", "", "nofile"},
-		{"compose healthcheck path", composeSingle, "probe\", \"http://127.0.0.1:8080/ready", "probe\", \"http://127.0.0.1:8080/live", "/ready"},
-		{"compose healthcheck port", composeSingle, "probe\", \"http://127.0.0.1:8080/ready", "probe\", \"http://127.0.0.1:9090/ready", "port"},
-		{"compose healthcheck binary", composeSingle, `["CMD", "/relay", "probe"`, `["CMD", "/bin/relay", "probe"`, "ENTRYPOINT"},
-		{"compose stop grace", composeSingle, "stop_grace_period: 20s", "stop_grace_period: 10s", "stop_grace_period"},
-		{"compose grace raised", composeSingle, "FN_SHUTDOWN_GRACE: 10s", "FN_SHUTDOWN_GRACE: 30s", "stop_grace_period"},
-		{"compose build context", composeSingle, "context: .", "context: ./relay", "build"},
-		{"compose build file", composeSingle, "dockerfile: Dockerfile", "dockerfile: Dockerfile.dev", "build"},
-		{"compose postgres image", composeSingle, "image: postgres:17", "image: postgres:16", "postgres:17"},
-		{"compose postgres check", composeSingle, `"pg_isready", `, "", "pg_isready"},
-		{"compose depends healthy", composeSingle, "condition: service_healthy", "condition: service_started", "service_healthy"},
-		{"compose issuer keys", composeSingle, "FN_ISSUER_KEYS: ${FN_ISSUER_KEYS:?", "FN_ISSUER_KEYS: ${FN_ISSUER_KEYS:-", "FN_ISSUER_KEYS"},
-		{"compose port public", composeSingle, "- 127.0.0.1:8080:8080", "- 8080:8080", "127.0.0.1"},
-		{"compose listen loopback", composeSingle, "FN_LISTEN: 0.0.0.0:8080", "FN_LISTEN: 127.0.0.1:8080", "0.0.0.0"},
-		{"compose named volume", composeSingle, "\nvolumes:\n  postgres:\n", "\n", "named volume"},
-
-		{"replicas one relay", composeFleet, "  relay-2: *relay\n", "", "two relays"},
-		{"replicas count", composeFleet, `FN_RELAY_REPLICAS: "2"`, `FN_RELAY_REPLICAS: "3"`, "FN_RELAY_REPLICAS"},
-		{"replicas no redis url", composeFleet, "    FN_REDIS_URL: redis://redis:6379/0\n", "", "FN_REDIS_URL"},
-		{"replicas redis host", composeFleet, "FN_REDIS_URL: redis://redis:6379/0", "FN_REDIS_URL: redis://cache:6379/0", "FN_REDIS_URL"},
-		{"replicas redis image", composeFleet, "image: redis:7", "image: redis:6", "redis:7"},
-		{"replicas redis saves", composeFleet, `"--save", "", `, "", "persistence"},
-		{"replicas nofile", composeFleet, "  ulimits:\n    nofile:\n      soft: 65536\n      hard: 65536\n", "  ulimits:\n    nofile: 4096\n", "nofile"},
-		{"replicas lb waits", composeFleet, "      relay-2:\n        condition: service_healthy\n", "", "relay-2"},
-		{"replicas lb config", composeFleet, "./deploy/haproxy.cfg:", "./haproxy.cfg:", "haproxy.cfg"},
-		{"lb server timeout", haproxyCfg, "timeout server 90s", "timeout server 30s", "timeout server"},
-		{"lb server timeout ms", haproxyCfg, "timeout server 90s", "timeout server 60000", "timeout server"},
-		{"lb client timeout", haproxyCfg, "timeout client 90s", "timeout client 50s", "timeout client"},
-		{"lb health path", haproxyCfg, "uri /ready", "uri /live", "/ready"},
-		{"lb server missing", haproxyCfg, "    server relay-2 relay-2:8080\n", "", "relay-2"},
-		{"lb server port", haproxyCfg, "server relay-1 relay-1:8080", "server relay-1 relay-1:9090", "relay-1"},
-		{"lb closes upstream", haproxyCfg, "    option redispatch 1\n", "    option redispatch 1\n    option http-server-close\n", "keep-alive"},
-
-		{"systemd nofile", systemdUnit, "LimitNOFILE=65536", "LimitNOFILE=1024", "LimitNOFILE"},
-		{"systemd stop timeout", systemdUnit, "TimeoutStopSec=30s", "TimeoutStopSec=5s", "TimeoutStopSec"},
-		{"systemd stop timeout min", systemdUnit, "TimeoutStopSec=30s", "TimeoutStopSec=10s", "TimeoutStopSec"},
-		{"systemd protect system", systemdUnit, "ProtectSystem=strict", "ProtectSystem=full", "ProtectSystem"},
-		{"systemd no new privileges", systemdUnit, "NoNewPrivileges=yes\n", "", "NoNewPrivileges"},
-		{"systemd capabilities", systemdUnit, "CapabilityBoundingSet=\n", "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\n", "CapabilityBoundingSet"},
-		{"systemd families", systemdUnit, "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK", "RestrictAddressFamilies"},
-		{"systemd setrlimit", systemdUnit, "SystemCallFilter=~@privileged", "SystemCallFilter=~@privileged @resources", "setrlimit"},
-		{"systemd database", systemdUnit, "FN_DATABASE_URL=sqlite:/var/lib/relay/relay.db", "FN_DATABASE_URL=sqlite:/tmp/relay.db", "FN_DATABASE_URL"},
-		{"systemd key file", systemdUnit, "FN_ISSUER_KEY_FILE=/var/lib/relay/issuer.key", "FN_ISSUER_KEY_FILE=/etc/relay/issuer.key", "FN_ISSUER_KEY_FILE"},
-		{"systemd state dir", systemdUnit, "StateDirectory=relay\n", "", "StateDirectory"},
-		{"systemd restart", systemdUnit, "Restart=on-failure", "Restart=no", "Restart"},
-		{"systemd root", systemdUnit, "DynamicUser=yes", "User=root", "user"},
-
-		{"k8s one replica", kubeDir + "/relay.yaml", "  replicas: 2", "  replicas: 1", "replicas"},
-		{"k8s replicas mismatch", kubeDir + "/relay.yaml", "  replicas: 2", "  replicas: 3", "FN_RELAY_REPLICAS"},
-		{"k8s readiness path", kubeDir + "/relay.yaml", "path: /ready", "path: /live", "readiness"},
-		{"k8s liveness path", kubeDir + "/relay.yaml", "path: /live", "path: /ready", "liveness"},
-		{"k8s probe port", kubeDir + "/relay.yaml", "path: /ready\n              port: http", "path: /ready\n              port: metrics", "readiness"},
-		{"k8s grace", kubeDir + "/relay.yaml", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 20", "terminationGracePeriodSeconds"},
-		{"k8s grace no sleep room", kubeDir + "/relay.yaml", "seconds: 5", "seconds: 20", "terminationGracePeriodSeconds"},
-		{"k8s pdb selector", kubeDir + "/relay.yaml", "  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: relay", "  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: relay-api", "PodDisruptionBudget"},
-		{"k8s pdb blocks drains", kubeDir + "/relay.yaml", "  maxUnavailable: 1\n", "  minAvailable: 2\n", "PodDisruptionBudget"},
-		{"k8s service target", kubeDir + "/relay.yaml", "targetPort: http", "targetPort: metrics", "Service"},
-		{"k8s service selector", kubeDir + "/relay.yaml", "spec:\n  selector:\n    app.kubernetes.io/name: relay\n", "spec:\n  selector:\n    app: relay\n", "Service"},
-		{"k8s non-root", kubeDir + "/relay.yaml", "        runAsNonRoot: true\n        runAsUser", "        runAsNonRoot: false\n        runAsUser", "runAsNonRoot"},
-		{"k8s read-only root", kubeDir + "/relay.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "readOnlyRootFilesystem"},
-		{"k8s escalation", kubeDir + "/relay.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation"},
-		{"k8s capabilities", kubeDir + "/relay.yaml", `drop: ["ALL"]`, `drop: ["NET_RAW"]`, "capabilities"},
-		{"k8s resources", kubeDir + "/relay.yaml", "              memory: 1Gi\n", "", "resources"},
-		{"k8s issuer keys literal", kubeDir + "/relay.yaml", "- name: FN_ISSUER_KEYS\n              valueFrom:\n                secretKeyRef:\n                  name: relay\n                  key: issuer-keys", "- name: FN_ISSUER_KEYS\n              value: abc", "FN_ISSUER_KEYS"},
-		{"k8s secret key", kubeDir + "/secret.example.yaml", "  database-url:", "  database_url:", "database-url"},
-		{"k8s no redis", kubeDir + "/relay.yaml", "            - name: FN_REDIS_URL\n              valueFrom:\n                secretKeyRef:\n                  name: relay\n                  key: redis-url\n", "", "FN_REDIS_URL"},
-		{"k8s listen port", kubeDir + "/relay.yaml", "value: 0.0.0.0:8080", "value: 0.0.0.0:8081", "FN_LISTEN"},
-
-		{"unknown setting", composeSingle, "FN_LOG_FORMAT: json", "FN_LOG_FORMATS: json", "FN_LOG_FORMATS"},
-	}
-	orig := loadFiles(t)
-	s := relaySettings(t)
-	if p := runChecks(orig, s); len(p) > 0 {
-		t.Fatalf("the files as they are fail the checks (see TestDeployFiles): %v", p)
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if n := strings.Count(orig[tt.file], tt.old); n != 1 {
-				t.Fatalf("%s holds %q %d times, want once", tt.file, tt.old, n)
-			}
-			f := maps.Clone(orig)
-			f[tt.file] = strings.Replace(orig[tt.file], tt.old, tt.new, 1)
-			p := runChecks(f, s)
-			t.Logf("%q", p)
-			if !slices.ContainsFunc(p, func(msg string) bool { return strings.Contains(msg, tt.want) }) {
-				t.Errorf("no problem mentioning %q after the change; got %q", tt.want, p)
-			}
-		})
+		{one, "services.relay.environment.FN_LOG_FORMATS", "json", "FN_LOG_FORMATS"},
+		{one, "services.relay.environment.FN_SHUTDOWN_GRACE", "soon", "FN_SHUTDOWN_GRACE"},
+		{one, "services.relay.environment.FN_SHUTDOWN_GRACE", "30s", "drain"},
+		{one, "services.relay.stop_grace_period", "12s", "drain"},
+		{one, "services.relay.ulimits", map[string]any{"nofile": 1024}, "nofile"},
+		{one, "services.relay.healthcheck.test", []any{"CMD", "/relay", "probe", "http://127.0.0.1:8080/live"}, "healthcheck"},
+		{one, "services.relay.environment.FN_LISTEN", "0.0.0.0:8081", "healthcheck"},
+		{one, "services.relay.ports", []any{"8080:8080"}, "loopback"},
+		{one, "services.relay.read_only", false, "read_only"},
+		{fleet, "services.relay-1.environment.FN_REDIS_URL", nil, "FN_REDIS_URL"},
+		{fleet, "services.relay-2.environment.FN_DATABASE_URL", "sqlite:/data/r.db", "on sqlite"},
+		{fleet, "services.relay-1.environment.FN_RELAY_REPLICAS", "3", "FN_RELAY_REPLICAS says 3"},
+		{fleet, "services.relay-2", nil, "FN_RELAY_REPLICAS says 2"},
+		{fleet, "services.lb.ulimits", map[string]any{"nofile": 65536}, "maxconn"},
+		{fleet, "services.lb.volumes", []any{"./haproxy.cfg:/etc/haproxy.cfg"}, "mount"},
+		{fleet, "services.lb.depends_on.relay-2", nil, "healthy"},
+		{hap, "defaults.timeout", []any{"client 90s", "server 60000"}, "timeout server"},
+		{hap, "defaults.timeout", []any{"client 50s", "server 90s"}, "timeout client"},
+		{hap, "backend relays.http-check", []any{"send meth GET uri /live"}, "/ready"},
+		{hap, "backend relays.server", []any{"relay-1 relay-1:8080", "relay-2 relay-2:9090"}, "relay-2"},
+		{hap, "defaults.option", []any{"http-server-close"}, "keep-alive"},
+		{unit, "Service.TimeoutStopSec", []any{"10s"}, "TimeoutStopSec"},
+		{unit, "Service.KillSignal", []any{"SIGKILL"}, "KillSignal"},
+		{unit, "Service.LimitNOFILE", []any{"1024:1024"}, "LimitNOFILE"},
+		{unit, "Service.DynamicUser", nil, "root"},
+		{unit, "Service.SystemCallFilter", []any{"@system-service", "~@privileged @resources"}, "setrlimit"},
+		{unit, "Service.Environment", []any{"FN_DATABASE_URL=sqlite:/tmp/relay.db"}, "state directory"},
+		{"Dockerfile", "USER", []any{"0"}, "non-root"},
+		{".dockerignore", "data", nil, "data is not kept"},
+		{"Dockerfile", "FROM", []any{"golang:1.20 AS build"}, "go.mod"},
+		{"Dockerfile", "ENV", []any{"FN_LISTEN=0.0.0.0:8081 FN_DATABASE_URL=sqlite:/data/relay.db FN_ISSUER_KEY_FILE=/data/issuer.key"}, "CGO_ENABLED"},
+		{"Dockerfile", "ENV", []any{"CGO_ENABLED=0", "FN_LISTEN=0.0.0.0:8081 FN_DATABASE_URL=sqlite:/data/relay.db FN_ISSUER_KEY_FILE=/tmp/k"}, "FN_ISSUER_KEY_FILE"},
+		{"Dockerfile", "ENV", []any{"CGO_ENABLED=0", "FN_LISTEN=0.0.0.0:8081 FN_DATABASE_URL=sqlite:/data/relay.db FN_ISSUER_KEY_FILE=/data/k"}, "HEALTHCHECK"},
+		{kube, "Deployment.spec.replicas", 3, "FN_RELAY_REPLICAS says 2"},
+		{kube, pod + ".terminationGracePeriodSeconds", 20, "drain"},
+		{kube, container + ".readinessProbe.httpGet.path", "/live", "readinessProbe"},
+		{kube, container + ".livenessProbe.httpGet.port", "metrics", "livenessProbe"},
+		{kube, container + ".env.name=FN_ISSUER_KEYS.valueFrom", nil, "belongs in the Secret"},
+		{kube, container + ".env.name=FN_ISSUER_KEYS.valueFrom.secretKeyRef.key", "issuer_keys", "no issuer_keys"},
+		{kube, "Service.spec.selector", map[string]any{"app": "relay"}, "Service.spec.selector"},
+		{kube, "PodDisruptionBudget.spec", map[string]any{"minAvailable": 2}, "drained"},
+		{kube, container + ".securityContext.allowPrivilegeEscalation", true, "allowPrivilegeEscalation"},
+	} {
+		d := load(t)
+		d.set(tt.file, tt.path, tt.to)
+		if p := d.problems(); !slices.ContainsFunc(p, func(m string) bool { return strings.Contains(m, tt.want) }) {
+			t.Errorf("%s %s = %v: no problem mentions %q: %q", tt.file, tt.path, tt.to, tt.want, p)
+		}
 	}
 }

@@ -11,9 +11,12 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	relayconfig "github.com/flamenet/relay/config"
 )
 
 type config struct {
@@ -50,14 +53,18 @@ type config struct {
 	hostile      int           // hostile connections beside the load
 	relayMemory  int64         // bytes; 0: no cap
 	relayEnv     []string
-	sourceAddrs  int // loopback source addresses for the pairs' connections; 0: as needed
+	// relay is the configuration the throwaway relays run with, read by
+	// the relay's own config package from relayEnv.
+	relay       relayconfig.Config
+	sourceAddrs int // loopback source addresses for the pairs' connections; 0: as needed
 
 	// command is the invocation, secrets removed, for the report.
 	command []string
 }
 
 // envFor names the LOAD_* variable behind each flag; a flag given on the
-// command line wins over its variable.
+// command line wins over its variable (the config package binds them, as it
+// does the relay's FN_* settings).
 var envFor = map[string]string{
 	"url":           "LOAD_URL",
 	"issuer-key":    "LOAD_ISSUER_PRIVATE_KEY",
@@ -92,6 +99,16 @@ var envFor = map[string]string{
 
 // secret flags never reach the report.
 var secret = map[string]bool{"issuer-key": true}
+
+// flagOf is the flag of a LOAD_* variable.
+func flagOf(env string) string {
+	for f, e := range envFor {
+		if e == env {
+			return f
+		}
+	}
+	return ""
+}
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*config, error) {
 	c := &config{
@@ -145,30 +162,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		})
 	}
 
-	var envErr error
-	var fromEnv []string
-	fs.VisitAll(func(f *flag.Flag) {
-		name := envFor[f.Name]
-		v := getenv(name)
-		if v == "" || envErr != nil {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-		}
-		if !secret[f.Name] {
-			fromEnv = append(fromEnv, name+"="+v)
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	if err := fs.Parse(args); err != nil {
+	fromEnv, err := relayconfig.Parse(fs, args, getenv, func(f string) string { return envFor[f] })
+	if err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	fromEnv = slices.DeleteFunc(fromEnv, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return secret[flagOf(name)]
+	})
 	c.urls = splitList(urls)
 	c.metricsURLs = splitList(metrics)
 	c.command = append(append(fromEnv, "loadtest"), redact(args)...)
@@ -228,8 +232,15 @@ func (c *config) validate() error {
 		k, _, _ := strings.Cut(kv, "=")
 		if stackOwned[k] {
 			errs = append(errs, fmt.Errorf("-relay-env %s: the throwaway stack sets %s itself", kv, k))
+		} else if _, ok := relayconfig.Lookup(k); !ok && strings.HasPrefix(k, "FN_") {
+			errs = append(errs, fmt.Errorf("-relay-env %s: the relay has no setting %s", kv, k))
 		}
 	}
+	relay, err := relayconfig.FromEnv(func(k string) string { return c.relaySetting(k, "") })
+	if err != nil {
+		errs = append(errs, fmt.Errorf("-relay-env: %w", err))
+	}
+	c.relay = relay
 	if len(c.urls) == 0 {
 		switch c.store {
 		case "":
@@ -237,6 +248,9 @@ func (c *config) validate() error {
 		case "sqlite", "postgres":
 		default:
 			errs = append(errs, fmt.Errorf("-store %q: want sqlite or postgres", c.store))
+		}
+		if db, err := relayconfig.ParseDatabaseURL(c.pg); c.store == "postgres" && (err != nil || db.Kind != relayconfig.Postgres) {
+			errs = append(errs, fmt.Errorf("-pg %q: want a postgres:// URL", redactURL(c.pg)))
 		}
 		if c.replicas < 1 {
 			errs = append(errs, errors.New("-replicas must be at least 1"))
@@ -383,23 +397,6 @@ func (c *config) relaySetting(key, def string) string {
 		}
 	}
 	return v
-}
-
-// relayDuration reads a duration setting of the relay, def when unset or
-// unreadable (the relay itself refuses an unreadable one).
-func (c *config) relayDuration(key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(c.relaySetting(key, "")); err == nil && d > 0 {
-		return d
-	}
-	return def
-}
-
-// relayFloat reads a number setting of the relay, def when unset.
-func (c *config) relayFloat(key string, def float64) float64 {
-	if f, err := strconv.ParseFloat(c.relaySetting(key, ""), 64); err == nil && f > 0 {
-		return f
-	}
-	return def
 }
 
 // durationList is a repeatable duration flag that also takes a

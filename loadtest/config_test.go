@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	relayconfig "github.com/flamenet/relay/config"
 )
 
 func env(m map[string]string) func(string) string {
@@ -124,19 +126,35 @@ func TestConfigNewModes(t *testing.T) {
 	if c.ackMode != "explicit" || c.relayMemory != 256<<20 || c.hostile != 3 || c.crashReplica != -1 {
 		t.Errorf("ack %q memory %d hostile %d crash replica %d", c.ackMode, c.relayMemory, c.hostile, c.crashReplica)
 	}
-	// The variable's two settings, then the flag's: the flag comes last
-	// and so wins where they overlap.
-	if want := []string{"FN_BODY_TIMEOUT=2s", "FN_SEND_RATE=9", "FN_ACK_INTERVAL=1s"}; !slices.Equal(c.relayEnv, want) {
+	// A flag wins over its variable, repeatable ones too.
+	if want := []string{"FN_ACK_INTERVAL=1s"}; !slices.Equal(c.relayEnv, want) {
 		t.Errorf("relay env = %q, want %q", c.relayEnv, want)
 	}
-	if got := c.relayDuration("FN_BODY_TIMEOUT", time.Minute); got != 2*time.Second {
-		t.Errorf("FN_BODY_TIMEOUT = %v", got)
+	if c.relay.AckInterval != time.Second || c.relay.ShutdownGrace != relayconfig.Default().ShutdownGrace {
+		t.Errorf("relay config: ack interval %v, grace %v", c.relay.AckInterval, c.relay.ShutdownGrace)
 	}
-	if got := c.relayDuration("FN_SHUTDOWN_GRACE", time.Minute); got != time.Minute {
-		t.Errorf("unset FN_SHUTDOWN_GRACE = %v, want the default", got)
+
+	// The variable alone: the relay reads each of its settings as the
+	// relay would.
+	c, err = parseConfig(nil, env(map[string]string{"LOAD_RELAY_ENV": "FN_BODY_TIMEOUT=2s FN_HOUSEHOLD_SEND_RATE=9"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := c.relayFloat("FN_SEND_RATE", 1); got != 9 {
-		t.Errorf("FN_SEND_RATE = %v", got)
+	if c.relay.BodyTimeout != 2*time.Second || c.relay.HouseholdSendRate != 9 {
+		t.Errorf("relay config: body timeout %v, household rate %v", c.relay.BodyTimeout, c.relay.HouseholdSendRate)
+	}
+	for _, bad := range []string{"FN_BODY_TIMEOUT=soon", "FN_BODY_TIMEOUTS=2s"} {
+		_, err := parseConfig([]string{"-relay-env", bad}, env(nil), io.Discard)
+		if name, _, _ := strings.Cut(bad, "="); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("-relay-env %s: %v, want an error naming %s", bad, err, name)
+		}
+	}
+	// A bad flag names the flag, a bad variable the variable.
+	if _, err := parseConfig([]string{"-pairs", "many"}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "-pairs") {
+		t.Errorf("-pairs many: %v", err)
+	}
+	if _, err := parseConfig(nil, env(map[string]string{"LOAD_PAIRS": "many"}), io.Discard); err == nil || !strings.Contains(err.Error(), "LOAD_PAIRS") {
+		t.Errorf("LOAD_PAIRS=many: %v", err)
 	}
 }
 

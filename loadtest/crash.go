@@ -26,7 +26,7 @@ const crashGrace = time.Second
 // crashLoop kills and restarts the relays at each -crash point after
 // start, and records each crash.
 func (r *runner) crashLoop(ctx context.Context, start time.Time) {
-	ackInterval := r.cfg.relayDuration("FN_ACK_INTERVAL", 200*time.Millisecond)
+	ackInterval := r.cfg.relay.AckInterval
 	var targets []int
 	if r.cfg.crashReplica >= 0 {
 		targets = []int{r.cfg.crashReplica}

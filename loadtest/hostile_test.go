@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	relayconfig "github.com/flamenet/relay/config"
 )
 
 // lenientRelay is a fake relay that accepts everything: every request is
@@ -80,7 +82,7 @@ func lenientRelay(t *testing.T) string {
 // close in stall, turned this test red.
 func TestHostileCatchesALenientRelay(t *testing.T) {
 	r := testRunner(t, []string{lenientRelay(t)}, 1)
-	h := newHostile(r, &config{hostile: 2})
+	h := newHostile(r, &config{hostile: 2, relay: relayconfig.Default()})
 	h.closeLimit = 300 * time.Millisecond
 	h.burstFor = 200 * time.Millisecond
 	h.householdRate, h.householdBurst = 1, 5
@@ -120,7 +122,7 @@ func TestHostileCatchesALenientRelay(t *testing.T) {
 // through in full is not held against the relay.
 func TestBurstWithinTheBucketIsNoFailure(t *testing.T) {
 	r := testRunner(t, []string{lenientRelay(t)}, 1)
-	h := newHostile(r, &config{hostile: 1})
+	h := newHostile(r, &config{hostile: 1, relay: relayconfig.Default()})
 	h.closeLimit = time.Second
 	h.burstFor = 100 * time.Millisecond
 	h.householdRate, h.householdBurst = 1, 1e9

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/loadtest/report"
 	"github.com/flamenet/relay/token"
 )
@@ -32,7 +33,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		return err
 	}
 	need := fileNeed(cfg)
-	soft, _, limErr := raiseFileLimit(need)
+	soft, _, limErr := fdlimit.RaiseTo(need)
 	if limErr != nil {
 		logger.Warn("cannot raise the open-file limit", "err", limErr)
 	}

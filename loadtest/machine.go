@@ -16,41 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/loadtest/report"
 )
-
-// raiseFileLimit lifts the open-file soft limit to the hard limit, and
-// both to need when the hard limit is lower and this process may raise it
-// (as root, up to fs.nr_open). Calling syscall.Setrlimit (rather than
-// relying on the Go runtime's own raise) also makes child processes
-// inherit the raised limit.
-func raiseFileLimit(need uint64) (soft, hard uint64, err error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, 0, fmt.Errorf("getrlimit: %w", err)
-	}
-	if lim.Max < need {
-		up := lim
-		up.Max = need
-		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
-				up.Max = min(up.Max, n)
-			}
-		}
-		up.Cur = up.Max
-		// Refused without the privilege; the soft limit still goes up below.
-		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
-			lim = up
-		}
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return lim.Cur, lim.Max, fmt.Errorf("setrlimit: %w", err)
-	}
-	return lim.Cur, lim.Max, nil
-}
 
 // ephemeralPorts is the kernel's range of local ports for outgoing
 // connections.
@@ -119,9 +87,8 @@ func machine() report.Machine {
 		}
 		f.Close()
 	}
-	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
-		m.OpenFileSoft, m.OpenFileHard = lim.Cur, lim.Max
+	if soft, hard, err := fdlimit.Current(); err == nil {
+		m.OpenFileSoft, m.OpenFileHard = soft, hard
 	}
 	return m
 }

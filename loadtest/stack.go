@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	relayconfig "github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/loadtest/report"
 )
 
@@ -148,7 +149,7 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 	var dbURL string
 	switch p.store {
 	case "sqlite":
-		dbURL = "sqlite:" + filepath.Join(dir, "relay.db")
+		dbURL = relayconfig.Database{Kind: relayconfig.SQLite, Path: filepath.Join(dir, "relay.db")}.URL()
 	case "postgres":
 		name := "relay_bench_" + time.Now().UTC().Format("20060102_150405") + "_" + randomHex(3)
 		dbURL, s.dropDB, err = createDatabase(ctx, p.pg, name)

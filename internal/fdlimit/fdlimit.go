@@ -6,25 +6,61 @@ package fdlimit
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
 // Raise sets the soft open-file limit to the hard limit and returns the
 // soft limit in force afterwards.
 func Raise() (uint64, error) {
+	soft, _, err := RaiseTo(0)
+	return soft, err
+}
+
+// RaiseTo is Raise that first lifts the hard limit to need when it is
+// lower and the process may (as root, up to fs.nr_open). Calling
+// setrlimit, rather than relying on the Go runtime's own raise, makes child
+// processes inherit the raised limits. It returns the limits in force
+// afterwards.
+func RaiseTo(need uint64) (soft, hard uint64, err error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, fmt.Errorf("fdlimit: getrlimit: %w", err)
+		return 0, 0, fmt.Errorf("fdlimit: getrlimit: %w", err)
+	}
+	if lim.Max < need {
+		up := lim
+		up.Max = need
+		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+				up.Max = min(up.Max, n)
+			}
+		}
+		up.Cur = up.Max
+		// Refused without the privilege; the soft limit still goes up below.
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
+			lim = up
+		}
 	}
 	if lim.Cur < lim.Max {
 		raised := lim
 		raised.Cur = lim.Max
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
-			return lim.Cur, fmt.Errorf("fdlimit: setrlimit: %w", err)
+			return lim.Cur, lim.Max, fmt.Errorf("fdlimit: setrlimit: %w", err)
 		}
 		lim = raised
 	}
-	return lim.Cur, nil
+	return lim.Cur, lim.Max, nil
+}
+
+// Current is the open-file limit in force: soft and hard.
+func Current() (soft, hard uint64, err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, 0, fmt.Errorf("fdlimit: getrlimit: %w", err)
+	}
+	return lim.Cur, lim.Max, nil
 }
 
 // Budget says what a relay's settings need besides held polls.

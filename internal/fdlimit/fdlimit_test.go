@@ -19,6 +19,26 @@ func TestRaise(t *testing.T) {
 	}
 }
 
+// TestRaiseTo: a need at or below the hard limit leaves the hard limit as
+// it is; one above it is met where the process may raise it (as root).
+func TestRaiseTo(t *testing.T) {
+	_, hard, err := Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	soft, got, err := RaiseTo(hard)
+	if err != nil || soft != hard || got != hard {
+		t.Fatalf("RaiseTo(%d) = %d, %d, %v", hard, soft, got, err)
+	}
+	soft, got, err = RaiseTo(hard + 1)
+	if err != nil || soft != got || got < hard {
+		t.Fatalf("RaiseTo(%d) = %d, %d, %v", hard+1, soft, got, err)
+	}
+	if s, h, _ := Current(); s != soft || h != got {
+		t.Fatalf("Current = %d, %d; RaiseTo said %d, %d", s, h, soft, got)
+	}
+}
+
 func TestBudget(t *testing.T) {
 	b := Budget{PerPoll: 2, Reserved: 600}
 	tests := []struct {

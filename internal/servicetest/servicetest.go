@@ -11,6 +11,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/config"
 )
 
 const (
@@ -22,7 +24,13 @@ const (
 // administrative database; tests create their own schema or database).
 func PostgresURL(tb testing.TB) string {
 	tb.Helper()
-	return reachable(tb, "FN_TEST_DATABASE_URL", defaultPostgres)
+	raw := reachable(tb, "FN_TEST_DATABASE_URL", defaultPostgres)
+	// Read as the relay reads FN_DATABASE_URL, so a test never runs on a
+	// URL the relay would refuse.
+	if db, err := config.ParseDatabaseURL(raw); err != nil || db.Kind != config.Postgres {
+		tb.Fatalf("FN_TEST_DATABASE_URL: want a postgres:// URL (%v)", err)
+	}
+	return raw
 }
 
 // RedisURL returns the URL of a reachable Redis server. Tests use a key

@@ -1,0 +1,128 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func load(args []string, vars map[string]string) (Config, error) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return Load(fs, args, env(vars))
+}
+
+// TestPrecedence: a flag wins over its variable, which wins over the
+// default.
+func TestPrecedence(t *testing.T) {
+	c, err := load([]string{"-max-wait-secs", "30"}, map[string]string{"FN_MAX_WAIT_SECS": "10", "FN_MAX_RECIPIENTS": "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxWait != 30*time.Second || c.MaxRecipients != 5 || c.PollBudgetBytes != Default().PollBudgetBytes {
+		t.Fatalf("wait %v recipients %d budget %d", c.MaxWait, c.MaxRecipients, c.PollBudgetBytes)
+	}
+}
+
+// TestBadValueNamesItsSource: one line naming the flag when the value came
+// from a flag, the variable when it came from the environment.
+func TestBadValueNamesItsSource(t *testing.T) {
+	for _, tt := range []struct {
+		args      []string
+		vars      map[string]string
+		want, not string
+	}{
+		{[]string{"-max-wait-secs", "soon"}, map[string]string{"FN_MAX_WAIT_SECS": "10"}, "-max-wait-secs", "FN_MAX_WAIT_SECS"},
+		{nil, map[string]string{"FN_MAX_WAIT_SECS": "soon"}, `FN_MAX_WAIT_SECS="soon"`, "-max-wait-secs"},
+		{[]string{"-database-url", "mysql://x"}, nil, "-database-url", "FN_DATABASE_URL"},
+		{[]string{"-no-such-flag", "1"}, nil, "-no-such-flag", "\n"},
+		{nil, map[string]string{"FN_RELAY_REPLICAS": "2"}, "FN_REDIS_URL", "\n"},
+	} {
+		_, err := load(tt.args, tt.vars)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tt.not) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q %v: error %v, want one line naming %s and not %q", tt.args, tt.vars, err, tt.want, tt.not)
+		}
+	}
+}
+
+// TestHelp: -h writes the usage, with every setting, and says so.
+func TestHelp(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	if _, err := Load(fs, []string{"-h"}, env(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(out.String(), "-"+s.Flag()+" ") || !strings.Contains(out.String(), s.Env) {
+			t.Errorf("usage lacks %s", s.Env)
+		}
+	}
+}
+
+// TestParseAppliesEnvOnlyToFlagsLeftOut: the binding the loadtest shares.
+func TestParseAppliesEnvOnlyToFlagsLeftOut(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	a, b := fs.Int("a", 1, ""), fs.Int("b", 1, "")
+	vars := map[string]string{"X_A": "2", "X_B": "3"}
+	applied, err := Parse(fs, []string{"-a", "4", "rest"}, env(vars), func(f string) string { return "X_" + strings.ToUpper(f) })
+	if err != nil || *a != 4 || *b != 3 || !slices.Equal(applied, []string{"X_B=3"}) || fs.Arg(0) != "rest" {
+		t.Fatalf("a %d b %d applied %q args %q err %v", *a, *b, applied, fs.Args(), err)
+	}
+}
+
+func TestDatabaseURL(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want Database
+		ok   bool
+	}{
+		{"sqlite:data/relay.db", Database{Kind: SQLite, Path: "data/relay.db"}, true},
+		{"sqlite:/var/lib/relay/relay.db", Database{Kind: SQLite, Path: "/var/lib/relay/relay.db"}, true},
+		{"postgres://u@h/db?sslmode=disable", Database{Kind: Postgres, DSN: "postgres://u@h/db?sslmode=disable"}, true},
+		{"postgresql://h/db", Database{Kind: Postgres, DSN: "postgresql://h/db"}, true},
+		{"sqlite:", Database{}, false},
+		{"mysql://h/db", Database{}, false},
+		{"", Database{}, false},
+	} {
+		got, err := ParseDatabaseURL(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ParseDatabaseURL(%q) = %+v, %v", tt.in, got, err)
+		}
+		if tt.ok && got.URL() != tt.in {
+			t.Errorf("URL() = %q, want %q", got.URL(), tt.in)
+		}
+	}
+}
+
+// TestSettingsTable: every setting has a flag, a meaning and a default its
+// own parser accepts, and appears once.
+func TestSettingsTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Settings() {
+		if seen[s.Env] || !strings.HasPrefix(s.Env, "FN_") || s.Usage == "" {
+			t.Errorf("%s: duplicate, misnamed or undocumented", s.Env)
+		}
+		seen[s.Env] = true
+		if err := s.Check(s.Default); err != nil {
+			t.Errorf("%s: default %q refused: %v", s.Env, s.Default, err)
+		}
+		if got, ok := Lookup(s.Env); !ok || got.Env != s.Env {
+			t.Errorf("Lookup(%s) = %v", s.Env, ok)
+		}
+		if !strings.Contains(Table(), "| `"+s.Env+"` | `-"+s.Flag()+"` |") {
+			t.Errorf("Table() lacks %s", s.Env)
+		}
+	}
+	if _, ok := Lookup("FN_NO_SUCH"); ok {
+		t.Error("Lookup found FN_NO_SUCH")
+	}
+}
