@@ -49,7 +49,12 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 	bo := c.newBackoff()
 	recovering := false // the next poll leaves the cursor out
 	for {
-		res, err := c.Poll(ctx, PollQuery{Cursor: cursor, OmitCursor: recovering, Wait: c.wait})
+		q := PollQuery{Cursor: cursor, Wait: c.wait}
+		if recovering {
+			// Not held, so that the cursor is put right at once.
+			q = PollQuery{OmitCursor: true}
+		}
+		res, err := c.Poll(ctx, q)
 		if ctx.Err() != nil {
 			return nil
 		}
