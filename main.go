@@ -1,10 +1,11 @@
 // Command relay stores end-to-end encrypted envelopes until each recipient
 // device fetches them. Subcommands: serve (default), keygen, token,
-// migrate, probe, version. See README.md.
+// migrate, send, listen, probe, version. See README.md.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,10 +19,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	code := 0
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.code
+		if exit.err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", exit.err)
+		}
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "relay:", err)
-		os.Exit(1)
+		code = 1
 	}
+	os.Exit(code)
 }
 
 // run is the whole program; tests call it with their own arguments,
@@ -40,6 +50,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return mintToken(args, getenv, stdout, stderr)
 	case "migrate":
 		return migrate(ctx, args, getenv, stdout, stderr)
+	case "send":
+		return sendCmd(ctx, args, getenv, stdout, stderr)
+	case "listen":
+		return listenCmd(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
@@ -84,6 +98,8 @@ commands:
   keygen   create an issuer key pair
   token    mint a device token with the issuer key
   migrate  apply the store's migrations and exit
+  send     send an envelope as a device: relay send -h
+  listen   print a device's envelopes as JSON lines: relay listen -h
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
   version  print the version`

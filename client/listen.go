@@ -77,6 +77,10 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 		}
 		bo.reset()
 		for _, e := range res.Envelopes {
+			if ctx.Err() != nil {
+				// Stopped: hand nothing more over.
+				return nil
+			}
 			// With the cursor sent, the relay never answers at or below
 			// it; a recovering answer starts wherever the relay stands.
 			if e.Seq <= cursor && !recovering {
