@@ -107,7 +107,7 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout, stderr io
 // logTo writes the client's diagnostics as lines on stderr.
 func logTo(stderr io.Writer, cmd string) client.Option {
 	return client.WithLogf(func(format string, args ...any) {
-		fmt.Fprintf(stderr, "relay %s: %s\n", cmd, fmt.Sprintf(format, args...))
+		fmt.Fprintf(stderr, "relay: %s\n", fmt.Sprintf(format, args...))
 	})
 }
 

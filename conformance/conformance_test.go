@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,14 +115,20 @@ func TestRelayRestart(t *testing.T) {
 			sent[fmt.Sprintf("restart-%d", i)] = fmt.Sprintf("payload %d", i)
 		}
 		var wg sync.WaitGroup
+		var finished atomic.Int32
 		results := make([]sendResult, n)
 		wg.Go(func() {
 			for i := range n {
 				results[i] = im.send(t, r, "laptop", "-to", "phone", "-id", fmt.Sprintf("restart-%d", i), fmt.Sprintf("payload %d", i))
+				finished.Add(1)
 			}
 		})
 		l.waitPrinted(n/3, 30*time.Second)
+		waitFor(t, 10*time.Second, "the listener's held poll", func() bool { return r.metric("fn_held_polls") == 1 })
 		r.stop()
+		if finished.Load() == n {
+			t.Fatal("every send finished before the relay stopped: nothing was in flight")
+		}
 		r.start()
 		wg.Wait()
 		for i, res := range results {
