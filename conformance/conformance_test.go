@@ -154,9 +154,10 @@ func Test429Storm(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			id := fmt.Sprintf("storm-%d", i)
-			sent[id] = "storm " + strconv.Itoa(i)
+			payload := "storm " + strconv.Itoa(i)
+			sent[id] = payload
 			wg.Go(func() {
-				results[i] = im.send(t, r, "laptop", "-to", "phone", "-id", id, "-timeout", "4m", sent[id])
+				results[i] = im.send(t, r, "laptop", "-to", "phone", "-id", id, "-timeout", "4m", payload)
 			})
 		}
 		wg.Wait()
