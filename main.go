@@ -1,6 +1,6 @@
 // Command relay stores end-to-end encrypted envelopes until each recipient
 // device fetches them. Subcommands: serve (default), keygen, token,
-// migrate, probe, version. See README.md.
+// migrate, send, listen, probe, version. See README.md.
 package main
 
 import (
@@ -24,7 +24,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		if exit.err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", exit.err)
+		}
+		os.Exit(exit.code)
+	case err != nil:
 		reportExit(os.Stderr, os.Args[1:], os.Getenv, err)
 		os.Exit(1)
 	}
@@ -82,6 +89,10 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return mintToken(args, getenv, stdout)
 	case "migrate":
 		return migrate(ctx, args, getenv, stdout, stderr)
+	case "send":
+		return sendCmd(ctx, args, getenv, stdout, stderr)
+	case "listen":
+		return listenCmd(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
@@ -166,6 +177,8 @@ commands:
   keygen   create an issuer key pair
   token    mint a device token with the issuer key
   migrate  apply the store's migrations and exit
+  send     send an envelope as a device: relay send -h
+  listen   print a device's envelopes as JSON lines: relay listen -h
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
   version  print the version

@@ -93,7 +93,7 @@ func TestBadSettingStopsStart(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"}, {"help", "serve"}, {"help", "token"},
-		{"serve", "-h"}, {"keygen", "-h"}, {"token", "-h"}, {"migrate", "-h"}, {"probe", "-h"}, {"version", "-h"},
+		{"serve", "-h"}, {"keygen", "-h"}, {"token", "-h"}, {"migrate", "-h"}, {"probe", "-h"}, {"version", "-h"}, {"send", "-h"}, {"listen", "-h"}, {"help", "listen"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), args, env(nil), &stdout, &stderr)
@@ -106,7 +106,7 @@ func TestHelp(t *testing.T) {
 		t.Errorf("serve -h does not list the settings: %v\n%s", err, stdout.String())
 	}
 	// The binary's exit status.
-	for _, args := range [][]string{{"-h"}, {"help"}, {"serve", "-h"}, {"token", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"help"}, {"serve", "-h"}, {"token", "-h"}, {"send", "-h"}, {"listen", "-h"}} {
 		out, err := exec.Command(relayBin, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("relay %q: %v\n%s", args, err, out)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 )
 
@@ -130,4 +131,20 @@ func Default() Config {
 		panic(err) // the defaults are constants; a bad one is a programming error
 	}
 	return c
+}
+
+// CopyTo sets each field of the struct dst points to from c's field of the
+// same name, so a package's own configuration can start at the binary's
+// defaults without this package knowing it. It panics when a field of dst
+// has no twin of the same type here: a programming error.
+func (c Config) CopyTo(dst any) {
+	src, d := reflect.ValueOf(c), reflect.ValueOf(dst).Elem()
+	for i := range d.NumField() {
+		name := d.Type().Field(i).Name
+		f := src.FieldByName(name)
+		if !f.IsValid() || f.Type() != d.Field(i).Type() {
+			panic(fmt.Sprintf("config: %s.%s has no twin in config.Config", d.Type(), name))
+		}
+		d.Field(i).Set(f)
+	}
 }

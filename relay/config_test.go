@@ -1,24 +1,15 @@
 package relay
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/flamenet/relay/config"
 )
 
-// DefaultConfig is the server's configuration at the binary's defaults:
-// each field taken from the config package's field of the same name.
+// DefaultConfig is the server's configuration at the binary's defaults.
 func DefaultConfig() Config {
 	var c Config
-	src, dst := reflect.ValueOf(config.Default()), reflect.ValueOf(&c).Elem()
-	for i := range dst.NumField() {
-		f := src.FieldByName(dst.Type().Field(i).Name)
-		if !f.IsValid() {
-			panic("relay.Config." + dst.Type().Field(i).Name + " has no field of that name in config.Config")
-		}
-		dst.Field(i).Set(f)
-	}
+	config.Default().CopyTo(&c)
 	return c
 }
 

@@ -18,6 +18,7 @@ type Proxy struct {
 	ln    net.Listener
 	conns map[net.Conn]bool
 	lose  bool // see LoseNextAnswer
+	lost  int  // answers lost so far
 	wg    sync.WaitGroup
 }
 
@@ -86,7 +87,17 @@ func (p *Proxy) takeLose() bool {
 	defer p.mu.Unlock()
 	lose := p.lose
 	p.lose = false
+	if lose {
+		p.lost++
+	}
 	return lose
+}
+
+// AnswersLost is how many answers LoseNextAnswer has cost so far.
+func (p *Proxy) AnswersLost() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
 }
 
 // LoseNextAnswer makes the proxy cut the connection that next brings data

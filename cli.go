@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/config"
+)
+
+// stdin is what `relay send` reads a payload from; tests replace it.
+var stdin io.Reader = os.Stdin
+
+// exitError ends the program with code, after printing err (when set).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr is a mistake on the command line: exit 2.
+func usageErr(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// clientFlags are the flags `relay send` and `relay listen` share.
+type clientFlags struct {
+	url, token, tokenFile, codec string
+}
+
+func (f *clientFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "url", "http://127.0.0.1:8080", "relay base URL (env FN_RELAY_URL)")
+	fs.StringVar(&f.token, "token", "", "bearer token; else -token-file, else env FN_TOKEN")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token")
+	fs.StringVar(&f.codec, "codec", "json", "json or msgpack")
+}
+
+// client makes the relay client the flags describe; a missing token or a
+// bad codec is a usage error.
+func (f *clientFlags) client(getenv func(string) string, opts ...client.Option) (*client.Client, error) {
+	tok := f.token
+	if tok == "" && f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, usageErr("-token-file: %w", err)
+		}
+		tok = string(b)
+	}
+	if tok == "" {
+		tok = getenv("FN_TOKEN")
+	}
+	if strings.TrimSpace(tok) == "" {
+		return nil, usageErr("no token: give -token, -token-file or FN_TOKEN")
+	}
+	switch f.codec {
+	case "json":
+		opts = append(opts, client.WithCodec(client.JSON))
+	case "msgpack":
+		opts = append(opts, client.WithCodec(client.MessagePack))
+	default:
+		return nil, usageErr("-codec %q: json or msgpack", f.codec)
+	}
+	c, err := client.New(f.url, tok, opts...)
+	if err != nil {
+		return nil, usageErr("%w", err)
+	}
+	return c, nil
+}
+
+// parseFlags parses args; -h prints the usage on stdout and ends the
+// command with exit 0, a bad flag prints it on stderr and exits 2.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, usage string, stdout, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	printUsage := func(w io.Writer) {
+		fmt.Fprintln(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	_, err := config.Parse(fs, args, getenv, func(flag string) string {
+		if flag == "url" {
+			return "FN_RELAY_URL"
+		}
+		return "" // FN_TOKEN comes after -token-file, in client
+	})
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return flag.ErrHelp // run: exit 0
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		printUsage(stderr)
+		return &exitError{code: 2}
+	}
+	return nil
+}
+
+// logTo writes the client's diagnostics as lines on stderr.
+func logTo(stderr io.Writer, cmd string) client.Option {
+	return client.WithLogf(func(format string, args ...any) {
+		fmt.Fprintf(stderr, "relay: %s\n", fmt.Sprintf(format, args...))
+	})
+}
+
+const sendUsage = `usage: relay send [flags] -to dev1,dev2 [-id ID] [PAYLOAD | -file F | -]
+
+Sends PAYLOAD (the argument's bytes, the file's, or stdin's with "-" or no
+argument) to the named devices of the token's household, retrying with the
+same id until the relay stores it or refuses it for good, and prints the
+relay's answer as one JSON line.
+
+flags:`
+
+func sendCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("send", flag.ContinueOnError)
+	var cf clientFlags
+	cf.bind(fs)
+	to := fs.String("to", "", "comma-separated recipient devices")
+	id := fs.String("id", "", "the send's id, the same for every retry (default: 16 random bytes, base64url)")
+	file := fs.String("file", "", "send this file's bytes")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	if err := parseFlags(fs, args, getenv, sendUsage, stdout, stderr); err != nil {
+		return err
+	}
+	var recipients []string
+	for d := range strings.SplitSeq(*to, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			recipients = append(recipients, d)
+		}
+	}
+	if len(recipients) == 0 {
+		return usageErr("send: -to names no device")
+	}
+	if fs.NArg() > 1 || (fs.NArg() == 1 && *file != "") {
+		return usageErr("send: give one payload: an argument, -file or stdin")
+	}
+	var payload []byte
+	var err error
+	switch {
+	case *file != "":
+		payload, err = os.ReadFile(*file)
+	case fs.NArg() == 1 && fs.Arg(0) != "-":
+		payload = []byte(fs.Arg(0))
+	default:
+		payload, err = io.ReadAll(stdin)
+	}
+	if err != nil {
+		return fmt.Errorf("send: reading the payload: %w", err)
+	}
+	c, err := cf.client(getenv, logTo(stderr, "send"))
+	if err != nil {
+		return err
+	}
+	if *id == "" {
+		*id = client.NewID()
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	res, err := c.Send(ctx, *id, recipients, payload)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(append(b, '\n'))
+	return err
+}
+
+const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-count N]
+
+Holds polls for the token's device and prints each envelope once, in seq
+order, as one JSON line: {"seq","id","from","sent_at","payload" (base64)}.
+The cursor is saved to -cursor-file after each line (in memory without it).
+SIGINT or SIGTERM stops it cleanly.
+
+flags:`
+
+// envelopeLine is how listen prints an envelope.
+type envelopeLine struct {
+	Seq     int64  `json:"seq"`
+	ID      string `json:"id"`
+	From    string `json:"from"`
+	SentAt  string `json:"sent_at"`
+	Payload []byte `json:"payload"`
+}
+
+func listenCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
+	var cf clientFlags
+	cf.bind(fs)
+	cursorFile := fs.String("cursor-file", "", "keep the cursor in this file (default: in memory, from 0)")
+	wait := fs.Int("wait", client.DefaultWait, "seconds a poll may be held")
+	count := fs.Int("count", 0, "exit after this many envelopes (0: never)")
+	if err := parseFlags(fs, args, getenv, listenUsage, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("listen: unexpected argument %q", fs.Arg(0))
+	}
+	if *wait < 1 || *count < 0 {
+		return usageErr("listen: -wait must be at least 1 and -count not negative")
+	}
+	c, err := cf.client(getenv, client.WithWait(*wait), logTo(stderr, "listen"))
+	if err != nil {
+		return err
+	}
+	var cursors client.CursorStore = &client.MemoryCursor{}
+	if *cursorFile != "" {
+		cursors = client.FileCursor(*cursorFile)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	handled := 0
+	err = c.Listen(ctx, cursors, func(ctx context.Context, e client.Envelope) error {
+		b, err := json.Marshal(envelopeLine(e))
+		if err != nil {
+			return err
+		}
+		// One write per line: nothing buffered to lose.
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
+			return err
+		}
+		if handled++; handled == *count {
+			stop() // Listen saves this envelope's cursor, then returns
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+// Package client speaks the relay protocol (docs/PROTOCOL.md) from the
+// device side: sending envelopes with retries that never store one twice,
+// and a poll loop that hands each envelope to the app exactly once, in seq
+// order, with the cursor persisted in between.
+//
+//	c, _ := client.New("http://127.0.0.1:8080", token)
+//	res, err := c.Send(ctx, client.NewID(), []string{"phone"}, []byte("hello"))
+//
+//	err = c.Listen(ctx, client.FileCursor("phone.cursor"), func(ctx context.Context, e client.Envelope) error {
+//		return process(e.Payload) // the cursor moves past e only when this returns nil
+//	})
+//
+// Send, Poll and Ack make one request each through the *Once and plain
+// variants; Send and Listen retry as the protocol's "What a correct client
+// does" says.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// DefaultWait is how long Listen's polls are held, in seconds.
+	DefaultWait = 20
+	// pollMargin is how much longer than its wait a poll may take before
+	// the client gives up on it: the relay answers within the wait, and
+	// proxies and a slow network add to it.
+	pollMargin = 15 * time.Second
+	// DefaultRequestTimeout bounds a request other than a held poll.
+	DefaultRequestTimeout = 30 * time.Second
+	// maxAnswer bounds what is read of one answer: a poll returns at most
+	// 2 MiB of payload (FN_POLL_BUDGET_BYTES) plus one envelope beyond it.
+	maxAnswer = 64 << 20
+)
+
+// Client talks to one relay as one device (the token's). It is safe for
+// concurrent use, but a device runs one Listen at a time: a newer poll ends
+// the older one (docs/PROTOCOL.md, Holding).
+type Client struct {
+	base           string
+	token          string
+	hc             *http.Client
+	codec          Codec
+	wait           int
+	requestTimeout time.Duration
+	maxBackoff     time.Duration
+	logf           func(format string, args ...any)
+}
+
+// Option changes a Client made by New.
+type Option func(*Client)
+
+// WithHTTPClient uses hc for every request. Its Timeout, if set, must be
+// longer than the poll wait plus a margin, or Listen refuses to start;
+// leave it 0 and the client bounds each request itself.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithCodec picks JSON (the default) or MessagePack.
+func WithCodec(codec Codec) Option { return func(c *Client) { c.codec = codec } }
+
+// WithWait sets how long Listen's polls are held, in seconds (1 to the
+// relay's FN_MAX_WAIT_SECS; 20 to 60 is good).
+func WithWait(seconds int) Option { return func(c *Client) { c.wait = seconds } }
+
+// WithRequestTimeout bounds each request other than a held poll (default
+// 30 s); past it the request counts as unanswered and Send retries it.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.requestTimeout = d } }
+
+// WithMaxBackoff caps the doubling of the pause between retries (default
+// one minute).
+func WithMaxBackoff(d time.Duration) Option { return func(c *Client) { c.maxBackoff = d } }
+
+// WithLogf receives one line per retry and recovery (for diagnostics; the
+// default says nothing).
+func WithLogf(logf func(format string, args ...any)) Option {
+	return func(c *Client) { c.logf = logf }
+}
+
+// New makes a client of the relay at baseURL (http://host:port, no path)
+// acting with token.
+func New(baseURL, token string, opts ...Option) (*Client, error) {
+	c := &Client{
+		base:           strings.TrimRight(baseURL, "/"),
+		token:          strings.TrimSpace(token),
+		codec:          JSON,
+		wait:           DefaultWait,
+		requestTimeout: DefaultRequestTimeout,
+		maxBackoff:     time.Minute,
+		logf:           func(string, ...any) {},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	switch {
+	case !strings.HasPrefix(c.base, "http://") && !strings.HasPrefix(c.base, "https://"):
+		return nil, fmt.Errorf("client: base URL %q is not http:// or https://", baseURL)
+	case c.token == "":
+		return nil, errors.New("client: no token")
+	case c.codec == nil:
+		return nil, errors.New("client: no codec")
+	case c.wait < 0:
+		return nil, fmt.Errorf("client: wait %d is negative", c.wait)
+	case c.requestTimeout <= 0 || c.maxBackoff <= 0:
+		return nil, errors.New("client: timeouts and backoff must be positive")
+	}
+	return c, nil
+}
+
+// NewID is a fresh send id: 16 random bytes in base64url, unique enough
+// that two sends of one device never share one.
+func NewID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Delivery is one recipient's copy of a send.
+type Delivery struct {
+	Device string `json:"device" msgpack:"device"`
+	Seq    int64  `json:"seq" msgpack:"seq"`
+}
+
+// SendResult is the relay's 202: one delivery per recipient, by device name.
+type SendResult struct {
+	ID         string     `json:"id" msgpack:"id"`
+	Deliveries []Delivery `json:"deliveries" msgpack:"deliveries"`
+}
+
+// Envelope is one envelope of a poll's answer.
+type Envelope struct {
+	Seq  int64  `json:"seq" msgpack:"seq"`
+	ID   string `json:"id" msgpack:"id"`
+	From string `json:"from" msgpack:"from"`
+	// SentAt is as the relay wrote it: RFC 3339, UTC, six fractional
+	// digits. Time parses it.
+	SentAt  string `json:"sent_at" msgpack:"sent_at"`
+	Payload []byte `json:"payload" msgpack:"payload"`
+}
+
+// Time is when the relay committed the send.
+func (e Envelope) Time() (time.Time, error) { return time.Parse(time.RFC3339Nano, e.SentAt) }
+
+// PollResult is a poll's 200.
+type PollResult struct {
+	// Cursor is the last seq returned or, with none, the device's cursor
+	// as the relay knows it.
+	Cursor    int64      `json:"cursor" msgpack:"cursor"`
+	More      bool       `json:"more" msgpack:"more"`
+	Envelopes []Envelope `json:"envelopes" msgpack:"envelopes"`
+}
+
+// Registration is register's 200.
+type Registration struct {
+	Household string `json:"household" msgpack:"household"`
+	Device    string `json:"device" msgpack:"device"`
+	Cursor    int64  `json:"cursor" msgpack:"cursor"`
+}
+
+// Error is an answer other than the one a call expects.
+type Error struct {
+	Status  int    // HTTP status
+	Code    string // the protocol's error code ("" when the body was not the relay's)
+	Message string
+	Head    int64  // with cursor_ahead: the device's head
+	Limit   string // with a 429: which limit refused
+	// RetryAfter is the answer's Retry-After (0 when absent).
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	s := "relay answered " + strconv.Itoa(e.Status)
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Limit != "" {
+		s += " (" + e.Limit + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Temporary reports whether the same request may succeed later: 429, 500
+// and every other 5xx. 400, 401, 403, 404, 409 and 413 never do unchanged.
+func (e *Error) Temporary() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500
+}
+
+// CursorAhead reports whether the relay said the cursor is above the
+// device's head (409 cursor_ahead).
+func (e *Error) CursorAhead() bool {
+	return e.Status == http.StatusConflict && e.Code == "cursor_ahead"
+}
+
+type errorBody struct {
+	Error   string `json:"error" msgpack:"error"`
+	Message string `json:"message" msgpack:"message"`
+	Head    int64  `json:"head" msgpack:"head"`
+	Limit   string `json:"limit" msgpack:"limit"`
+}
+
+// do makes one request. in is encoded with the client's codec (nil: no
+// body); a 'want' answer is decoded into out (nil: ignored).
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, in any, want int, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := c.codec.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("client: encoding %s: %w", path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", c.codec.ContentType())
+	if in != nil {
+		req.Header.Set("Content-Type", c.codec.ContentType())
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return fmt.Errorf("client: %s %s: reading the answer: %w", method, path, err)
+	}
+	codec := codecFor(resp.Header.Get("Content-Type"))
+	if resp.StatusCode != want {
+		return answerError(resp, codec, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := codec.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func answerError(resp *http.Response, codec Codec, b []byte) *Error {
+	e := &Error{Status: resp.StatusCode}
+	var eb errorBody
+	if codec.Unmarshal(b, &eb) == nil && eb.Error != "" {
+		e.Code, e.Message, e.Head, e.Limit = eb.Error, eb.Message, eb.Head, eb.Limit
+	} else {
+		// Not the relay's body: a proxy's page or the HTTP server's own
+		// plain text. Keep a short, printable piece of it.
+		msg := strings.TrimSpace(string(b))
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		e.Message = strings.ToValidUTF8(msg, "?")
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
