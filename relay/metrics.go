@@ -105,6 +105,14 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_sends_in_flight", Help: "Sends being processed now.",
 		}, func() float64 { return float64(len(s.inflight)) }),
+		// The limits beside the gauges they bound, so that an alert can
+		// compare them (the held-poll cap is derived at start).
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_held_polls_limit", Help: "Polls that may be held at once (FN_MAX_HELD_POLLS, or what the open-file limit leaves room for; 0: no cap).",
+		}, func() float64 { return float64(s.cfg.MaxHeldPolls) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_sends_in_flight_limit", Help: "Sends that may be processed at once (FN_SEND_INFLIGHT).",
+		}, func() float64 { return float64(cap(s.inflight)) }),
 	}
 	if ps, ok := st.(store.PoolStatser); ok {
 		cs = append(cs, poolCollector{ps})
