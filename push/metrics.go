@@ -83,6 +83,7 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider, queueS
 	for kind := range providers {
 		m.failed.WithLabelValues(kind)
 		m.retries.WithLabelValues(kind)
+		m.duration.WithLabelValues(kind)
 	}
 	return m, nil
 }
