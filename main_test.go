@@ -194,6 +194,7 @@ type process struct {
 	cmd     *exec.Cmd
 	addr    string
 	metrics string // the metrics listener's address, when FN_METRICS_ADDR is set
+	pprof   string // the profiles listener's address, when FN_PPROF_ADDR is set
 	out     *bytes.Buffer
 	done    chan error
 
@@ -210,6 +211,7 @@ func (p *process) logs() string {
 var (
 	servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)|"msg":"serving","addr":"http://([^"]+)"`)
 	metricsLine = regexp.MustCompile(`msg=metrics addr=http://(\S+)/metrics`)
+	pprofLine   = regexp.MustCompile(`msg=pprof addr=http://(\S+)/debug/pprof/`)
 )
 
 func start(t *testing.T, vars map[string]string) *process {
@@ -241,6 +243,9 @@ func startCmd(t *testing.T, cmd *exec.Cmd, vars map[string]string) *process {
 			p.stderr.WriteString(line + "\n")
 			if m := metricsLine.FindStringSubmatch(line); m != nil {
 				p.metrics = m[1]
+			}
+			if m := pprofLine.FindStringSubmatch(line); m != nil {
+				p.pprof = m[1]
 			}
 			p.mu.Unlock()
 			if m := servingLine.FindStringSubmatch(line); m != nil {
@@ -710,6 +715,61 @@ func TestMetrics(t *testing.T) {
 		if resp.StatusCode != 200 || len(b) > 8 || resp.Header.Get("Server") != "" {
 			t.Fatalf("%s discloses %q %v", path, b, resp.Header)
 		}
+	}
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPprofOptIn: profiles are not served unless FN_PPROF_ADDR is set, and
+// then only there, never on the metrics listener that a cluster scrapes.
+func TestPprofOptIn(t *testing.T) {
+	get := func(url string) int {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	dir := t.TempDir()
+	vars := map[string]string{
+		"FN_LISTEN": "127.0.0.1:0", "FN_METRICS_ADDR": "127.0.0.1:0",
+		"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "relay.db"), "FN_ISSUER_KEY_FILE": filepath.Join(dir, "issuer.key"),
+	}
+	p := start(t, vars)
+	if p.pprof != "" {
+		t.Fatalf("profiles served at %s by default", p.pprof)
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1"} {
+		if code := get("http://" + p.metrics + path); code != http.StatusNotFound {
+			t.Errorf("metrics listener %s: %d, want 404", path, code)
+		}
+	}
+	if code := get("http://" + p.metrics + "/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	if err, _ := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	vars["FN_PPROF_ADDR"] = "127.0.0.1:0"
+	p = start(t, vars)
+	if p.pprof == "" || p.pprof == p.metrics {
+		t.Fatalf("profiles listener %q (metrics %q): want one of its own", p.pprof, p.metrics)
+	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
+		if code := get("http://" + p.pprof + path); code != http.StatusOK {
+			t.Errorf("profiles listener %s: %d, want 200", path, code)
+		}
+	}
+	if code := get("http://" + p.metrics + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("metrics listener /debug/pprof/ with FN_PPROF_ADDR set: %d, want 404", code)
+	}
+	if code := get("http://" + p.pprof + "/metrics"); code != http.StatusNotFound {
+		t.Errorf("profiles listener /metrics: %d, want 404", code)
 	}
 	if err, _ := p.stop(t); err != nil {
 		t.Fatal(err)

@@ -168,21 +168,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		expirer.Run(bg, time.Minute, func(err error) { log.Warn("expiry pass failed", "err", err) })
 	}()
 	if cfg.MetricsAddr != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		addr, err := serveSide(bg, &wg, cfg.MetricsAddr, mux)
 		if err != nil {
 			return fmt.Errorf("FN_METRICS_ADDR: %w", err)
 		}
+		log.Info("metrics", "addr", "http://"+addr+"/metrics")
+	}
+	if cfg.PprofAddr != "" {
+		// Apart from the metrics, which are scraped across the cluster:
+		// profiles disclose memory and can cost CPU on demand.
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		// Profiles share the metrics listener: operators keep it private.
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(2)
-		go func() { defer wg.Done(); _ = msrv.Serve(mln) }()
-		go func() { defer wg.Done(); <-bg.Done(); msrv.Close() }()
-		log.Info("metrics", "addr", "http://"+mln.Addr().String()+"/metrics")
+		addr, err := serveSide(bg, &wg, cfg.PprofAddr, mux)
+		if err != nil {
+			return fmt.Errorf("FN_PPROF_ADDR: %w", err)
+		}
+		log.Info("pprof", "addr", "http://"+addr+"/debug/pprof/")
 	}
 
 	// Listen first, so a bind error returns at once and the address is
@@ -224,6 +231,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveSide serves h on addr until bg ends, for the side listeners
+// (metrics, profiles), and returns the address it listens on.
+func serveSide(bg context.Context, wg *sync.WaitGroup, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	go func() { defer wg.Done(); <-bg.Done(); srv.Close() }()
+	return ln.Addr().String(), nil
 }
 
 func pushConfig(cfg config.Config, log *slog.Logger) push.Config {

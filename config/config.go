@@ -56,6 +56,7 @@ type Config struct {
 	MaxHeldPolls         int // 0: derived from the open-file limit
 	EnvelopeTTL          time.Duration
 	MetricsAddr          string
+	PprofAddr            string
 	PushWorkers          int
 	PushQueue            int
 	PushHouseholdFlight  int
@@ -198,6 +199,15 @@ var settings = []Setting{
 			}
 		}
 		c.MetricsAddr = v
+		return nil
+	}},
+	{"FN_PPROF_ADDR", "", "address of a listener serving Go profiles at /debug/pprof/, e.g. 127.0.0.1:6060 (empty: off); never expose it", func(c *Config, v string) error {
+		if v != "" {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return err
+			}
+		}
+		c.PprofAddr = v
 		return nil
 	}},
 	{"FN_SEND_INFLIGHT", "512", "sends processed at once; past it a send gets 429 rate_limited", func(c *Config, v string) error {

@@ -24,7 +24,7 @@ type metrics struct {
 	duration  *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, providers map[string]Provider, queueSize int) (*metrics, error) {
 	if reg == nil {
 		return nil, nil
 	}
@@ -65,7 +65,12 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metr
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"provider"}),
 	}
-	for _, c := range []prometheus.Collector{m.queued, m.atCap, m.deferred, m.attempted, m.coalesced, m.sent, m.gone, m.dropped, m.failed, m.retries, m.duration} {
+	// The limit beside the gauge it bounds, so an alert can compare them.
+	capacity := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fn_push_queue_capacity", Help: "Pushes that may wait (FN_PUSH_QUEUE); past it pushes are dropped.",
+	})
+	capacity.Set(float64(queueSize))
+	for _, c := range []prometheus.Collector{capacity, m.queued, m.atCap, m.deferred, m.attempted, m.coalesced, m.sent, m.gone, m.dropped, m.failed, m.retries, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("push: register metrics: %w", err)
 		}
@@ -78,6 +83,7 @@ func newMetrics(reg prometheus.Registerer, providers map[string]Provider) (*metr
 	for kind := range providers {
 		m.failed.WithLabelValues(kind)
 		m.retries.WithLabelValues(kind)
+		m.duration.WithLabelValues(kind)
 	}
 	return m, nil
 }

@@ -295,7 +295,7 @@ func New(cfg Config, onGone func(ctx context.Context, j Job)) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer, providers)
+	m, err := newMetrics(cfg.Registerer, providers, cfg.QueueSize)
 	if err != nil {
 		closeProviders(providers)
 		return nil, err

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -36,8 +37,17 @@ const (
 	pollDrained    = "drained"    // answered because the relay is draining
 	pollHangup     = "hangup"     // the client went away
 	pollRemoved    = "removed"    // the device was removed while the poll was held
-	pollError      = "error"      // answered with an error
+	// Polls answered with an error. Only pollError is the relay's own
+	// failure: the others are the client's (anyone can send junk) or a
+	// limit doing its job, and an alert on pollError must not fire on them.
+	pollUnauthorized = "unauthorized" // 401: no valid token
+	pollClientError  = "client_error" // another 4xx: a bad query, a cursor above the head
+	pollOverloaded   = "overloaded"   // 503 overloaded: FN_MAX_HELD_POLLS reached
+	pollError        = "error"        // 5xx otherwise: the store failed or timed out, a bug
 )
+
+var pollOutcomes = []string{pollDelivered, pollEmpty, pollSuperseded, pollDrained, pollHangup, pollRemoved,
+	pollUnauthorized, pollClientError, pollOverloaded, pollError}
 
 func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string) (*metrics, error) {
 	if reg == nil {
@@ -95,6 +105,14 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_sends_in_flight", Help: "Sends being processed now.",
 		}, func() float64 { return float64(len(s.inflight)) }),
+		// The limits beside the gauges they bound, so that an alert can
+		// compare them (the held-poll cap is derived at start).
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_held_polls_limit", Help: "Polls that may be held at once (FN_MAX_HELD_POLLS, or what the open-file limit leaves room for; 0: no cap).",
+		}, func() float64 { return float64(s.cfg.MaxHeldPolls) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_sends_in_flight_limit", Help: "Sends that may be processed at once (FN_SEND_INFLIGHT).",
+		}, func() float64 { return float64(cap(s.inflight)) }),
 	}
 	if ps, ok := st.(store.PoolStatser); ok {
 		cs = append(cs, poolCollector{ps})
@@ -109,6 +127,9 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 	}
 	for _, r := range tokenRefusalReasons {
 		m.tokensRefused.WithLabelValues(r)
+	}
+	for _, o := range pollOutcomes {
+		m.polls.WithLabelValues(o) // rate() over a series needs it before its first increase
 	}
 	return m, nil
 }
@@ -171,6 +192,11 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// sendClientGone is the code counted for a send whose client went away
+// before its answer (nginx's convention): the store call it cut short
+// fails with 503, which is not the relay's failure.
+const sendClientGone = "499"
+
 // countSends records every send's status code and duration.
 func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -178,20 +204,58 @@ func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
 		rec := &statusRecorder{ResponseWriter: w}
 		next(rec, r)
 		s.metrics.sendSeconds.Observe(time.Since(start).Seconds())
-		s.metrics.sends.WithLabelValues(strconv.Itoa(rec.status)).Inc()
+		code := strconv.Itoa(rec.status)
+		if rec.status >= 500 && r.Context().Err() != nil {
+			code = sendClientGone
+		}
+		s.metrics.sends.WithLabelValues(code).Inc()
 	}
 }
 
-// timePolls records every poll's duration, and counts a poll answered with
-// an error (the handler counts the other outcomes).
+// timePolls records every poll's duration and its one outcome: the handler
+// notes it (notePoll), and writeError notes an answer with an error.
 func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		next(rec, r)
+		o := &pollOutcome{}
+		next(w, r.WithContext(context.WithValue(r.Context(), pollOutcomeKey{}, o)))
 		s.metrics.pollSeconds.Observe(time.Since(start).Seconds())
-		if rec.status >= 400 {
-			s.metrics.polls.WithLabelValues(pollError).Inc()
+		if o.name == "" {
+			o.name = pollError // every path notes one; a poll without is a bug
 		}
+		s.metrics.polls.WithLabelValues(o.name).Inc()
 	}
+}
+
+type pollOutcomeKey struct{}
+
+// pollOutcome is why a poll ended. The poll's handler runs in one
+// goroutine, which alone writes it.
+type pollOutcome struct{ name string }
+
+// notePoll records why the poll of ctx ended; the first reason stands (a
+// removal answered with 401 stays "removed"). Outside a poll it does
+// nothing.
+func notePoll(ctx context.Context, outcome string) {
+	if o, ok := ctx.Value(pollOutcomeKey{}).(*pollOutcome); ok && o.name == "" {
+		o.name = outcome
+	}
+}
+
+// errorOutcome classifies a poll answered with he; gone is true when the
+// client went away before the answer.
+func errorOutcome(he *httpError, gone bool) string {
+	switch {
+	case gone:
+		return pollHangup
+	case he.Status == http.StatusUnauthorized:
+		return pollUnauthorized
+	case he == errDraining:
+		return pollDrained
+	case he.Code == codeOverloaded:
+		return pollOverloaded
+	case he.Status < 500:
+		return pollClientError
+	}
+	return pollError
 }
