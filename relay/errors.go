@@ -113,6 +113,9 @@ func retryAfter(status int) string {
 // request whose client has gone is not logged as an error.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := fromStore(err)
+	if e := accessOf(r.Context()); e != nil {
+		e.code = he.Code
+	}
 	if he.Status == http.StatusTooManyRequests || he.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfter(he.Status))
 	}

@@ -192,6 +192,9 @@ func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
 		s.metrics.pollSeconds.Observe(time.Since(start).Seconds())
 		if rec.status >= 400 {
 			s.metrics.polls.WithLabelValues(pollError).Inc()
+			if e := accessOf(r.Context()); e != nil && e.outcome == "" {
+				e.outcome = pollError
+			}
 		}
 	}
 }

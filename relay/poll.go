@@ -171,10 +171,10 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// is in memory, checked against the removal its send saw.
 		if e, ok := s.recent.get(key, pos.Head, pos.RemovedAt, time.Now()); ok {
 			if refusedByRemoval(c, pos.RemovedAt) {
-				s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+				s.pollOutcome(r, pollRemoved)
 				return true, s.refuseToken(r, refusedRemoved, nil)
 			}
-			s.metrics.polls.WithLabelValues(pollDelivered).Inc()
+			s.pollOutcome(r, pollDelivered)
 			writePoll(w, r, after, store.Batch{Envelopes: []store.Envelope{e}})
 			return true, nil
 		}
@@ -193,10 +193,10 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// not heard of yet must not hand a device registered again since to an
 	// older token.
 	if refusedByRemoval(c, batch.RemovedAt) {
-		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		s.pollOutcome(r, pollRemoved)
 		return true, s.refuseToken(r, refusedRemoved, nil)
 	}
-	s.metrics.polls.WithLabelValues(pollDelivered).Inc()
+	s.pollOutcome(r, pollDelivered)
 	writePoll(w, r, after, batch)
 	return true, nil
 }
@@ -215,7 +215,7 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 		s.metrics.received.Inc() // news, not a fallback round's re-read
 	}
 	if refusedByRemoval(c, pos.RemovedAt) {
-		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		s.pollOutcome(r, pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
 	}
 	return nil
@@ -225,12 +225,12 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Request, werr error, after int64) error {
 	switch {
 	case ctx.Err() != nil:
-		s.metrics.polls.WithLabelValues(pollHangup).Inc()
+		s.pollOutcome(r, pollHangup)
 		return nil // the client hung up; nobody to answer
 	case errors.Is(werr, wake.ErrRemoved):
 		// The device was removed while its poll was held: the token that
 		// holds it is no longer good.
-		s.metrics.polls.WithLabelValues(pollRemoved).Inc()
+		s.pollOutcome(r, pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
 	case errors.Is(werr, wake.ErrSuperseded):
 		return s.answerEmpty(w, r, after, pollSuperseded)
@@ -241,8 +241,16 @@ func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Req
 	return s.answerEmpty(w, r, after, pollEmpty)
 }
 
-func (s *Server) answerEmpty(w http.ResponseWriter, r *http.Request, after int64, outcome string) error {
+// pollOutcome counts how a poll ended and tells the access log.
+func (s *Server) pollOutcome(r *http.Request, outcome string) {
 	s.metrics.polls.WithLabelValues(outcome).Inc()
+	if e := accessOf(r.Context()); e != nil {
+		e.outcome = outcome
+	}
+}
+
+func (s *Server) answerEmpty(w http.ResponseWriter, r *http.Request, after int64, outcome string) error {
+	s.pollOutcome(r, outcome)
 	writePoll(w, r, after, store.Batch{})
 	return nil
 }
