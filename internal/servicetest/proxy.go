@@ -18,6 +18,8 @@ type Proxy struct {
 	ln    net.Listener
 	conns map[net.Conn]bool
 	lose  bool // see LoseNextAnswer
+	// accepted counts client connections, for tests of connection reuse.
+	accepted int
 	wg    sync.WaitGroup
 }
 
@@ -53,6 +55,7 @@ func (p *Proxy) serve(ln net.Listener) {
 			}
 			p.mu.Lock()
 			p.conns[c], p.conns[up] = true, true
+			p.accepted++
 			p.mu.Unlock()
 			p.wg.Go(func() { p.copy(up, c, false) })
 			p.wg.Go(func() { p.copy(c, up, true) })
@@ -87,6 +90,13 @@ func (p *Proxy) takeLose() bool {
 	lose := p.lose
 	p.lose = false
 	return lose
+}
+
+// Accepted is how many connections the proxy has forwarded.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 // LoseNextAnswer makes the proxy cut the connection that next brings data
