@@ -20,7 +20,7 @@ type Proxy struct {
 	lose  bool // see LoseNextAnswer
 	// accepted counts client connections, for tests of connection reuse.
 	accepted int
-	wg    sync.WaitGroup
+	wg       sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target
