@@ -41,7 +41,7 @@ type files map[string]string
 func loadFiles(tb testing.TB) files {
 	tb.Helper()
 	f := files{}
-	for _, p := range []string{dockerfile, dockerignore, composeSingle, composeFleet, haproxyCfg, systemdUnit} {
+	for _, p := range []string{dockerfile, dockerignore, composeSingle, composeFleet, haproxyCfg, systemdUnit, caddySample, nginxSample} {
 		b, err := os.ReadFile(filepath.Join("..", p))
 		if err != nil {
 			tb.Fatal(err)
@@ -80,6 +80,7 @@ var checks = map[string]check{
 	"systemd":     checkSystemd,
 	"kubernetes":  checkKubernetes,
 	"environment": checkSettingNames,
+	"proxies":     checkProxySamples,
 }
 
 func runChecks(f files, s settings) problems {
@@ -157,6 +158,21 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"lb server missing", haproxyCfg, "    server relay-2 relay-2:8080\n", "", "relay-2"},
 		{"lb server port", haproxyCfg, "server relay-1 relay-1:8080", "server relay-1 relay-1:9090", "relay-1"},
 		{"lb closes upstream", haproxyCfg, "    option redispatch 1\n", "    option redispatch 1\n    option http-server-close\n", "keep-alive"},
+
+		{"nginx read timeout", nginxSample, "proxy_read_timeout 90s;", "proxy_read_timeout 60s;", "proxy_read_timeout"},
+		{"nginx no read timeout", nginxSample, "        proxy_read_timeout 90s;\n", "", "proxy_read_timeout"},
+		{"nginx read timeout minutes", nginxSample, "proxy_read_timeout 90s;", "proxy_read_timeout 1m;", "proxy_read_timeout"},
+		{"nginx buffering", nginxSample, "        proxy_buffering off;\n", "", "proxy_buffering"},
+		{"nginx http 1.0 upstream", nginxSample, "        proxy_http_version 1.1;\n", "", "proxy_http_version"},
+		{"nginx closes upstream", nginxSample, "        proxy_set_header Connection \"\";\n", "", "Connection"},
+		{"nginx no upstream keepalive", nginxSample, "    keepalive 256;\n", "", "keepalive"},
+		{"nginx no forwarded for", nginxSample, "        proxy_set_header X-Forwarded-For $remote_addr;\n", "", "X-Forwarded-For"},
+		{"nginx upstream port", nginxSample, "server 127.0.0.1:8080;", "server 127.0.0.1:9090;", "FN_LISTEN"},
+		{"nginx plain http", nginxSample, "listen 443 ssl http2;", "listen 443;", "ssl"},
+		{"caddy flush", caddySample, "\t\tflush_interval -1\n", "", "flush_interval"},
+		{"caddy header timeout", caddySample, "response_header_timeout 90s", "response_header_timeout 30s", "response_header_timeout"},
+		{"caddy buffers", caddySample, "\t\tflush_interval -1\n", "\t\tflush_interval -1\n\t\tbuffer_responses\n", "buffer"},
+		{"caddy upstream port", caddySample, "{$RELAY_UPSTREAM:127.0.0.1:8080}", "{$RELAY_UPSTREAM:127.0.0.1:9090}", "FN_LISTEN"},
 
 		{"systemd nofile", systemdUnit, "LimitNOFILE=65536", "LimitNOFILE=1024", "LimitNOFILE"},
 		{"systemd stop timeout", systemdUnit, "TimeoutStopSec=30s", "TimeoutStopSec=5s", "TimeoutStopSec"},

@@ -21,6 +21,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -536,4 +537,132 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// directives are a configuration's statements, comments dropped, each as
+// its fields ("proxy_read_timeout", "90s"). Braces and semicolons end a
+// statement; that is enough for the samples' nginx and Caddy syntax.
+func directives(src string) [][]string {
+	var out [][]string
+	for line := range strings.Lines(src) {
+		if i := strings.Index(line, "#"); i >= 0 {
+			line = line[:i]
+		}
+		for stmt := range strings.FieldsFuncSeq(line, func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
+			if f := strings.Fields(stmt); len(f) > 0 {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// nginxTime parses an nginx time: "90", "90s", "1m30s", "500ms".
+func nginxTime(v string) (time.Duration, error) {
+	units := map[string]time.Duration{"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour}
+	var total time.Duration
+	for _, m := range regexp.MustCompile(`(\d+)(ms|s|m|h|d)?`).FindAllStringSubmatch(v, -1) {
+		var n int
+		fmt.Sscan(m[1], &n)
+		unit := units[m[2]]
+		if m[2] == "" {
+			unit = time.Second
+		}
+		total += time.Duration(n) * unit
+	}
+	if !regexp.MustCompile(`^(\d+(ms|s|m|h|d)?)+$`).MatchString(v) {
+		return 0, fmt.Errorf("not an nginx time: %q", v)
+	}
+	return total, nil
+}
+
+// checkProxySamples: what a held poll needs of a proxy in front, which the
+// run of the real proxies cannot all show (the relay answers a 60 s poll up
+// to 3 s early, so nginx's default 60 s read timeout would pass it while
+// leaving no margin).
+func checkProxySamples(f files, s settings, p *problems) {
+	maxWait, err := s.maxWait(nil)
+	if err != nil {
+		p.add("FN_MAX_WAIT_SECS: %v", err)
+		return
+	}
+	least := maxWait + 10*time.Second
+	port := s.listenPort(nil)
+
+	has := func(ds [][]string, want ...string) bool {
+		for _, d := range ds {
+			if strings.Join(d, " ") == strings.Join(want, " ") {
+				return true
+			}
+		}
+		return false
+	}
+	ng := directives(f[nginxSample])
+	var readTimeout, keepalive, cert bool
+	listens, ssl := 0, 0
+	for _, d := range ng {
+		switch {
+		case d[0] == "proxy_read_timeout" && len(d) == 2:
+			readTimeout = true
+			if t, err := nginxTime(d[1]); err != nil || t < least {
+				p.add("%s: proxy_read_timeout %s, want at least %v: a held poll is silent for up to FN_MAX_WAIT_SECS (%v)", nginxSample, d[1], least, maxWait)
+			}
+		case d[0] == "keepalive" && len(d) == 2:
+			keepalive = true
+		case d[0] == "listen":
+			listens++
+			if slices.Contains(d, "ssl") {
+				ssl++
+			}
+		case d[0] == "ssl_certificate":
+			cert = true
+		case d[0] == "server" && len(d) == 2 && strings.Contains(d[1], ":"):
+			if _, pt, _ := net.SplitHostPort(d[1]); pt != port {
+				p.add("%s: upstream %s, want the relay's FN_LISTEN port %s", nginxSample, d[1], port)
+			}
+		}
+	}
+	if !readTimeout {
+		p.add("%s: no proxy_read_timeout; nginx's default (60s) is not above FN_MAX_WAIT_SECS (%v) with margin", nginxSample, maxWait)
+	}
+	if !has(ng, "proxy_buffering", "off") {
+		p.add("%s: no proxy_buffering off; a held poll's answer must not wait in a buffer", nginxSample)
+	}
+	if !has(ng, "proxy_http_version", "1.1") {
+		p.add("%s: no proxy_http_version 1.1; nginx speaks HTTP/1.0 upstream by default, one connection per request", nginxSample)
+	}
+	if !has(ng, "proxy_set_header", "Connection", `""`) {
+		p.add(`%s: no proxy_set_header Connection ""; nginx sends "Connection: close" upstream by default`, nginxSample)
+	}
+	if !keepalive {
+		p.add("%s: the upstream block has no keepalive; connections to the relay are not reused", nginxSample)
+	}
+	if !has(ng, "proxy_set_header", "X-Forwarded-For", "$remote_addr") && !has(ng, "proxy_set_header", "X-Forwarded-For", "$proxy_add_x_forwarded_for") {
+		p.add("%s: no proxy_set_header X-Forwarded-For; the relay's access log would name nginx, not the client", nginxSample)
+	}
+	if listens == 0 || ssl < listens || !cert {
+		p.add("%s: a listen without ssl, or no ssl_certificate: clients reach the relay through TLS only", nginxSample)
+	}
+
+	// Caddy's {$NAME:default} is read as its default, {$NAME} as empty.
+	cd := directives(regexp.MustCompile(`\{\$[A-Z0-9_]+(?::([^}]*))?\}`).ReplaceAllString(f[caddySample], "$1"))
+	if !has(cd, "flush_interval", "-1") {
+		p.add("%s: no flush_interval -1; a held poll's answer must not wait in a buffer", caddySample)
+	}
+	for _, d := range cd {
+		switch {
+		case (d[0] == "response_header_timeout" || d[0] == "read_timeout") && len(d) == 2:
+			if t, err := time.ParseDuration(d[1]); err != nil || t < least {
+				p.add("%s: %s %s, want at least %v: a held poll is silent for up to FN_MAX_WAIT_SECS (%v)", caddySample, d[0], d[1], least, maxWait)
+			}
+		case strings.HasPrefix(d[0], "buffer_") || d[0] == "response_buffers":
+			p.add("%s: %s; a held poll's answer must not wait in a buffer", caddySample, d[0])
+		case d[0] == "keepalive" && len(d) == 2 && d[1] == "off":
+			p.add("%s: keepalive off; connections to the relay are not reused", caddySample)
+		case d[0] == "reverse_proxy" && len(d) > 1:
+			if _, pt, _ := net.SplitHostPort(d[1]); pt != port {
+				p.add("%s: upstream %s, want the relay's FN_LISTEN port %s", caddySample, d[1], port)
+			}
+		}
+	}
 }
