@@ -422,3 +422,16 @@ func BenchmarkAccessLog(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAccessLine is the line alone: what logAccess costs once a
+// request is answered (JSON to io.Discard).
+func BenchmarkAccessLine(b *testing.B) {
+	s := &Server{cfg: DefaultConfig(), log: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	req := httptest.NewRequest("GET", "/v1/poll?cursor=12&wait=60", nil)
+	req.RemoteAddr = "127.0.0.1:5000"
+	e := &accessEntry{status: 200, bytes: 44, household: "home", device: "phone", outcome: pollEmpty}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.logAccess(req, e, 57*time.Second)
+	}
+}
