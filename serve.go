@@ -91,6 +91,8 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		HouseholdSendBurst:  c.HouseholdSendBurst,
 		MaxHouseholdPending: c.MaxHouseholdPending,
 		MaxHeldPolls:        heldPolls,
+		AccessLog:           c.AccessLog,
+		TrustedProxies:      c.TrustedProxies,
 	}
 }
 

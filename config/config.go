@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -75,6 +76,9 @@ type Config struct {
 	FCMTokenURL          string
 	LogLevel             string
 	LogFormat            string
+	AccessLog            bool
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies       []netip.Prefix
 	issuerKeysConfigured bool
 }
 
@@ -303,6 +307,48 @@ var settings = []Setting{
 		c.LogFormat = v
 		return nil
 	}},
+	{"FN_ACCESS_LOG", "on", "one info line per finished request (on or off); refusals anyone can provoke are capped per second", func(c *Config, v string) error {
+		switch v {
+		case "on", "off":
+			c.AccessLog = v == "on"
+			return nil
+		}
+		return errors.New("want on or off")
+	}},
+	{"FN_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For names the client in the access log; empty: none", func(c *Config, v string) error {
+		ps, err := ParseTrustedProxies(v)
+		c.TrustedProxies = ps
+		return err
+	}},
+}
+
+// ParseTrustedProxies reads comma-separated CIDRs; a bare address is a
+// prefix of its full length.
+func ParseTrustedProxies(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			a, aerr := netip.ParseAddr(part)
+			if aerr != nil || a.Zone() != "" {
+				return nil, fmt.Errorf("%q: want a CIDR such as 10.0.0.0/8 or an address", part)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			// ::ffff:10.0.0.0/104 means 10.0.0.0/8: peers are compared unmapped.
+			if p.Bits() < 96 {
+				return nil, fmt.Errorf("%q: an IPv4-mapped prefix shorter than /96", part)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func str(field func(*Config) *string) func(*Config, string) error {

@@ -126,3 +126,24 @@ func TestSettingsTable(t *testing.T) {
 		t.Error("Lookup found FN_NO_SUCH")
 	}
 }
+
+func TestParseTrustedProxies(t *testing.T) {
+	ps, err := ParseTrustedProxies(" 10.0.0.0/8, 192.168.1.7 ,::1, ::ffff:172.16.0.0/108,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.168.1.7/32", "::1/128", "172.16.0.0/12"}
+	if len(ps) != len(want) {
+		t.Fatalf("got %v, want %v", ps, want)
+	}
+	for i := range want {
+		if ps[i].String() != want[i] {
+			t.Errorf("entry %d: %v, want %s", i, ps[i], want[i])
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/33", "example.com", "10.0.0.1/8/8", "fe80::1%eth0", "::ffff:1.2.3.4/64"} {
+		if _, err := ParseTrustedProxies(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"crypto/ed25519"
+	"net/netip"
 	"time"
 )
 
@@ -33,4 +34,9 @@ type Config struct {
 	HouseholdSendBurst  int
 	MaxHouseholdPending int64
 	MaxHeldPolls        int // 0: no cap
+
+	// AccessLog: one line per finished request (see access.go).
+	AccessLog bool
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
 }

@@ -60,6 +60,7 @@ func (s *Server) authenticate(r *http.Request) (*token.Claims, error) {
 	if !validName(c.Household) || !validName(c.Device) {
 		return nil, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
+	noteDevice(r.Context(), c.Household, c.Device)
 	removed, err := s.removedAt(r.Context(), c)
 	if err != nil {
 		return nil, err

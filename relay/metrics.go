@@ -224,6 +224,9 @@ func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
 			o.name = pollError // every path notes one; a poll without is a bug
 		}
 		s.metrics.polls.WithLabelValues(o.name).Inc()
+		if e := accessOf(r.Context()); e != nil {
+			e.outcome = o.name
+		}
 	}
 }
 

@@ -79,6 +79,8 @@ type Server struct {
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
 	ackLog        rate.Sometimes
+	// refusalLines bounds the access log's lines of refused requests.
+	refusalLines refusalLines
 
 	// afterFirstRead, when set by a test, runs right after a poll's first
 	// read of the device's position (the ack, which reads the head) and
@@ -117,6 +119,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.refusalLines = refusalLines{perSecond: refusalLinesPerSecond, report: func(dropped int) {
+		s.log.Info("requests refused and not logged", "dropped", dropped, "lines_per_second", refusalLinesPerSecond)
+	}}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -162,6 +167,9 @@ func (s *Server) routes() http.Handler { return s.guardBody(s.router()) }
 // holds docs/openapi.yaml to the server walks.
 func (s *Server) router() chi.Router {
 	r := chi.NewRouter()
+	// First, so that it sees every answer, the router's own 404 and 405
+	// included, with the route pattern that matched.
+	r.Use(s.accessLog)
 	live := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -303,6 +311,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	// Acknowledgements gathered until the last poll ended are written.
 	defer s.acks.close()
+	// What the access log dropped in its last second is said before exit.
+	defer s.refusalLines.flush()
 	if s.fleet != nil {
 		defer s.fleet.close()
 	}

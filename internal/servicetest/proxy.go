@@ -19,7 +19,9 @@ type Proxy struct {
 	conns map[net.Conn]bool
 	lose  bool // see LoseNextAnswer
 	lost  int  // answers lost so far
-	wg    sync.WaitGroup
+	// accepted counts client connections, for tests of connection reuse.
+	accepted int
+	wg       sync.WaitGroup
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -54,6 +56,7 @@ func (p *Proxy) serve(ln net.Listener) {
 			}
 			p.mu.Lock()
 			p.conns[c], p.conns[up] = true, true
+			p.accepted++
 			p.mu.Unlock()
 			p.wg.Go(func() { p.copy(up, c, false) })
 			p.wg.Go(func() { p.copy(c, up, true) })
@@ -98,6 +101,13 @@ func (p *Proxy) AnswersLost() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.lost
+}
+
+// Accepted is how many connections the proxy has forwarded.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
 }
 
 // LoseNextAnswer makes the proxy cut the connection that next brings data

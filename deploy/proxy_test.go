@@ -1,0 +1,539 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
+)
+
+// The TLS reverse proxy samples, run by the real caddy and nginx in front
+// of the real relay binary.
+
+const (
+	caddySample = "deploy/caddy/Caddyfile"
+	nginxSample = "deploy/nginx/relay.conf"
+)
+
+// frontProxy is one proxy sample and how to run it in a test.
+type frontProxy struct {
+	name, binary string
+	// start runs the proxy on listen with TLS from cert and key in front of
+	// upstream, writing what it needs in dir, and returns the command.
+	start func(t *testing.T, bin, dir, listen, upstream, cert, key string) *exec.Cmd
+}
+
+var frontProxies = []frontProxy{
+	{"caddy", "caddy", startCaddy},
+	{"nginx", "nginx", startNginx},
+}
+
+// TestProxiesInFront runs each sample in front of the relay and holds a
+// 60 s poll through it (answered by the relay, not cut by the proxy), has a
+// held poll woken at once by a send through it, sees connections to the
+// relay reused, and finds the client's address, as the proxy reports it,
+// in the relay's access log, whatever the client claims. Both proxies run
+// at once, so the test takes one poll's wait.
+func TestProxiesInFront(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a 60 s poll")
+	}
+	bins := map[string]string{}
+	for _, p := range frontProxies {
+		path, err := exec.LookPath(p.binary)
+		if err != nil {
+			if servicetest.Required() {
+				t.Fatalf("%s not installed and FN_TEST_REQUIRE_SERVICES=1 (apt-get install %s)", p.binary, p.binary)
+			}
+			continue
+		}
+		bins[p.name] = path
+	}
+	if len(bins) == 0 {
+		t.Skip("neither caddy nor nginx is installed (apt-get install caddy nginx)")
+	}
+	relayBin := buildRelay(t)
+	for _, p := range frontProxies {
+		t.Run(p.name, func(t *testing.T) {
+			if bins[p.name] == "" {
+				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
+			}
+			t.Parallel()
+			testFrontProxy(t, p, bins[p.name], relayBin)
+		})
+	}
+}
+
+func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
+	dir := t.TempDir()
+	rl := startRelay(t, relayBin, dir)
+	// Between the proxy and the relay, to count the proxy's connections.
+	counter := servicetest.NewProxy(t, rl.addr)
+	certFile, keyFile, roots := selfSigned(t, dir)
+	listen := freePort(t)
+	cmd := p.start(t, bin, dir, listen, counter.Addr, certFile, keyFile)
+	stopAtEnd(t, cmd, p.name)
+
+	// The client comes from 127.0.0.2, so that its address differs from
+	// the proxy's (127.0.0.1), which the relay trusts.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
+		ForceAttemptHTTP2: true,
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	base := "https://" + listen
+	eventuallyWithin(t, 20*time.Second, p.name+" serving TLS", func() bool {
+		r, err := client.Get(base + "/live")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+
+	phone, tablet, laptop := rl.token(t, "phone"), rl.token(t, "tablet"), rl.token(t, "laptop")
+	before := counter.Accepted()
+	for _, tok := range []string{phone, tablet, laptop} {
+		if r := do(t, client, "POST", base+"/v1/register", tok, "", nil); r.status != http.StatusOK {
+			t.Fatalf("register through %s: %d %s", p.name, r.status, r.body)
+		}
+	}
+	for range 5 {
+		if r := do(t, client, "GET", base+"/ready", "", "", nil); r.status != http.StatusOK {
+			t.Fatalf("ready through %s: %d %s", p.name, r.status, r.body)
+		}
+	}
+	if n := counter.Accepted() - before; n > 2 {
+		t.Errorf("%s opened %d connections to the relay for 8 requests in a row: no keep-alive upstream", p.name, n)
+	}
+
+	// The 60 s poll: held to its end and answered by the relay.
+	long := make(chan reply, 1)
+	go func() {
+		start := time.Now()
+		r := do(t, client, "GET", base+"/v1/poll?wait=60", phone, "", nil)
+		r.took = time.Since(start)
+		long <- r
+	}()
+	// A poll woken by a send; it claims another address, which the proxy
+	// must not pass on as the client's.
+	woken := make(chan reply, 1)
+	go func() {
+		r := do(t, client, "GET", base+"/v1/poll?wait=60", tablet, "", http.Header{"X-Forwarded-For": {"203.0.113.9"}})
+		r.at = time.Now()
+		woken <- r
+	}()
+	eventuallyWithin(t, 10*time.Second, "both polls held", func() bool { return rl.heldPolls(t) == 2 })
+	sent := time.Now()
+	if r := do(t, client, "POST", base+"/v1/send", laptop, `{"id":"m1","to":["tablet"],"payload":"aGVsbG8="}`, nil); r.status != http.StatusAccepted {
+		t.Fatalf("send through %s: %d %s", p.name, r.status, r.body)
+	}
+	w := <-woken
+	if w.status != http.StatusOK || !strings.Contains(string(w.body), `"payload":"aGVsbG8="`) {
+		t.Fatalf("woken poll through %s: %d %s", p.name, w.status, w.body)
+	}
+	if d := w.at.Sub(sent); d > 3*time.Second {
+		t.Errorf("the woken poll answered %v after the send, through %s", d, p.name)
+	}
+
+	l := <-long
+	var body struct {
+		Cursor    *int64            `json:"cursor"`
+		Envelopes []json.RawMessage `json:"envelopes"`
+	}
+	if l.status != http.StatusOK || json.Unmarshal(l.body, &body) != nil || body.Cursor == nil {
+		t.Fatalf("the 60 s poll through %s after %v: %d %s (want the relay's empty 200)", p.name, l.took, l.status, l.body)
+	}
+	// The relay answers a held poll up to 3 s before its wait runs out.
+	if l.took < 55*time.Second {
+		t.Errorf("the 60 s poll through %s answered after %v", p.name, l.took)
+	}
+
+	lines := rl.accessLines(t)
+	var sawLong, sawWoken bool
+	for _, a := range lines {
+		if a["route"] != "/v1/poll" {
+			continue
+		}
+		switch a["device"] {
+		case "phone":
+			sawLong = true
+			if a["client"] != "127.0.0.2" || a["outcome"] != "empty" || a["status"] != float64(200) {
+				t.Errorf("the 60 s poll's access line through %s: %v", p.name, a)
+			}
+			if d, err := time.ParseDuration(fmt.Sprint(a["duration"])); err != nil || d < 55*time.Second {
+				t.Errorf("the 60 s poll's duration %v through %s: %v", a["duration"], p.name, err)
+			}
+		case "tablet":
+			sawWoken = true
+			if a["client"] != "127.0.0.2" || a["outcome"] != "delivered" {
+				t.Errorf("the woken poll's access line through %s (it claimed 203.0.113.9): %v", p.name, a)
+			}
+		}
+	}
+	if !sawLong || !sawWoken {
+		t.Errorf("access lines through %s lack a poll: %v", p.name, lines)
+	}
+}
+
+// startCaddy runs the Caddyfile as it is, its values given through the
+// environment variables it reads, imported by a test-only file with the
+// global options that keep Caddy's state in dir and off the admin port.
+func startCaddy(t *testing.T, bin, dir, listen, upstream, cert, key string) *exec.Cmd {
+	sample, err := filepath.Abs(filepath.Join("..", caddySample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := fmt.Sprintf(`{
+	admin off
+	auto_https disable_redirects
+	storage file_system %s
+}
+import %s
+`, filepath.Join(dir, "caddy-data"), sample)
+	conf := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(conf, []byte(wrapper), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--adapter", "caddyfile", "--config", conf)
+	cmd.Dir = dir
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "XDG_DATA_HOME=" + dir, "XDG_CONFIG_HOME=" + dir,
+		"RELAY_DOMAIN=https://" + listen,
+		"RELAY_UPSTREAM=" + upstream,
+		"RELAY_TLS=tls " + cert + " " + key,
+	}
+	return startLogged(t, cmd, filepath.Join(dir, "caddy.log"))
+}
+
+// nginxValues are the sample's "set:" values, each replaced by the test's.
+var nginxValues = []string{
+	"server 127.0.0.1:8080;",
+	"listen 443 ssl http2;",
+	"listen [::]:443 ssl http2;",
+	"/etc/letsencrypt/live/relay.example.com/fullchain.pem",
+	"/etc/letsencrypt/live/relay.example.com/privkey.pem",
+}
+
+// startNginx renders the sample with the test's address, upstream and
+// certificate, and runs it inside a test-only nginx.conf that keeps the
+// pid file, temporary files and logs in dir.
+func startNginx(t *testing.T, bin, dir, listen, upstream, cert, key string) *exec.Cmd {
+	b, err := os.ReadFile(filepath.Join("..", nginxSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(b)
+	with := []string{"server " + upstream + ";", "listen " + listen + " ssl http2;", "", cert, key}
+	for i, old := range nginxValues {
+		if strings.Count(conf, old) != 1 {
+			t.Fatalf("%s: %q is not there once; the test replaces it", nginxSample, old)
+		}
+		conf = strings.Replace(conf, old, with[i], 1)
+	}
+	site := filepath.Join(dir, "relay.conf")
+	if err := os.WriteFile(site, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// As root, nginx's workers would switch to nobody, who cannot read dir.
+	var userLine string
+	if os.Geteuid() == 0 {
+		u, err := user.Current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		userLine = "user " + u.Username + ";"
+	}
+	var temps strings.Builder
+	for _, kind := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+		fmt.Fprintf(&temps, "    %s_temp_path %s;\n", kind, filepath.Join(dir, kind))
+	}
+	mainConf := fmt.Sprintf(`%s
+daemon off;
+master_process on;
+worker_processes 1;
+pid %s;
+error_log %s info;
+events { worker_connections 1024; }
+http {
+    access_log %s;
+%s    include %s;
+}
+`, userLine, filepath.Join(dir, "nginx.pid"), filepath.Join(dir, "nginx-error.log"), filepath.Join(dir, "nginx-access.log"), temps.String(), site)
+	mainFile := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(mainFile, []byte(mainConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", mainFile, "-e", filepath.Join(dir, "nginx-error.log"))
+	cmd.Dir = dir
+	return startLogged(t, cmd, filepath.Join(dir, "nginx.out"))
+}
+
+// startLogged starts cmd with its output in logFile, which the test's log
+// shows when it fails.
+func startLogged(t *testing.T, cmd *exec.Cmd, logFile string) *exec.Cmd {
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := os.ReadFile(logFile)
+			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), out)
+		}
+	})
+	return cmd
+}
+
+// stopAtEnd stops cmd when the test ends: SIGTERM, then SIGKILL after 10 s.
+func stopAtEnd(t *testing.T, cmd *exec.Cmd, name string) {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s did not stop within 10 s of SIGTERM", name)
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+}
+
+// relayProc is the relay binary serving on a loopback port.
+type relayProc struct {
+	bin, dir, addr, metrics string
+	log                     *lockedBuffer
+}
+
+func startRelay(t *testing.T, bin, dir string) *relayProc {
+	r := &relayProc{bin: bin, dir: dir, log: &lockedBuffer{}}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{
+		"FN_LISTEN=127.0.0.1:0",
+		"FN_METRICS_ADDR=127.0.0.1:0",
+		"FN_DATABASE_URL=sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE=" + filepath.Join(dir, "issuer.key"),
+		"FN_LOG_FORMAT=json",
+		"FN_SHUTDOWN_GRACE=2s",
+		"FN_TRUSTED_PROXIES=127.0.0.1/32",
+	}
+	cmd.Stdout, cmd.Stderr = io.Discard, r.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopAtEnd(t, cmd, "the relay")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relay log:\n%s", r.log.String())
+		}
+	})
+	serving := regexp.MustCompile(`"msg":"serving","addr":"http://([^"]+)"`)
+	metrics := regexp.MustCompile(`"msg":"metrics","addr":"(http://[^"]+)"`)
+	eventuallyWithin(t, 20*time.Second, "the relay serving", func() bool {
+		s, m := serving.FindStringSubmatch(r.log.String()), metrics.FindStringSubmatch(r.log.String())
+		if s == nil || m == nil {
+			return false
+		}
+		r.addr, r.metrics = s[1], m[1]
+		return true
+	})
+	return r
+}
+
+// token mints a device token of household "home" with the relay's key.
+func (r *relayProc) token(t *testing.T, device string) string {
+	out, err := exec.Command(r.bin, "token", "-key-file", filepath.Join(r.dir, "issuer.key"), "-household", "home", "-device", device).Output()
+	if err != nil {
+		t.Fatalf("relay token: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// heldPolls is the relay's fn_held_polls.
+func (r *relayProc) heldPolls(t *testing.T) int {
+	resp, err := http.Get(r.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var n int
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "fn_held_polls "); ok {
+			fmt.Sscan(v, &n)
+		}
+	}
+	return n
+}
+
+// accessLines are the relay's access log lines.
+func (r *relayProc) accessLines(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for line := range strings.Lines(r.log.String()) {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "request" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+type reply struct {
+	status int
+	body   []byte
+	took   time.Duration
+	at     time.Time
+}
+
+// do sends a request; a transport error is status 0 with the error as
+// body, so that goroutines can report it.
+func do(t *testing.T, c *http.Client, method, url, tok, body string, h http.Header) reply {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return reply{body: []byte(err.Error())}
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{body: []byte(err.Error())}
+	}
+	return reply{status: resp.StatusCode, body: b}
+}
+
+// buildRelay builds the relay binary into the test's directory.
+func buildRelay(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "relay")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the relay: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key to dir and
+// returns their paths and a pool that trusts the certificate.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "relay test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(cert)
+	return certFile, keyFile, roots
+}
+
+// freePort is a loopback address with a port nothing listens on now.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockedBuffer is an output sink safe for a process's writer and the
+// test's reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
