@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -12,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -60,12 +60,45 @@ func parseSeed(s string) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
+// parseFlags parses args into fs. On -h it prints fs's usage to stdout and
+// reports help, which the command answers by returning nil (exit 0); other
+// parse errors go to stderr with the usage.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (help bool, err error) {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		_, werr := stdout.Write(out.Bytes())
+		return true, werr
+	}
+	stderr.Write(out.Bytes())
+	return false, err
+}
+
+// usageFunc prints text, then fs's flags.
+func usageFunc(fs *flag.FlagSet, text string) func() {
+	return func() {
+		fmt.Fprintln(fs.Output(), text)
+		fs.PrintDefaults()
+	}
+}
+
 func keygen(args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	out := fset.String("out", "", "write the private key (base64 seed) to this file, mode 0600, instead of printing it")
-	if err := fset.Parse(args); err != nil {
+	force := fset.Bool("force", false, "with -out, replace an existing key file (tokens signed by the old key stop verifying once relays stop trusting it)")
+	fset.Usage = usageFunc(fset, `usage: relay keygen [-out FILE [-force]]
+
+Creates an Ed25519 issuer key pair. The public key goes in the relays'
+FN_ISSUER_KEYS; the private key stays with whoever mints tokens. Without
+-out the private key is printed; with -out it is written to FILE, mode 0600,
+and an existing FILE is refused unless -force.
+`)
+	if help, err := parseFlags(fset, args, stdout, stderr); help || err != nil {
 		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("keygen: unexpected argument %q", fset.Arg(0))
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -73,8 +106,8 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	}
 	seed := base64.StdEncoding.EncodeToString(key.Seed())
 	if *out != "" {
-		if err := os.WriteFile(*out, []byte(seed+"\n"), 0o600); err != nil {
-			return err
+		if err := writeKeyFile(*out, seed, *force); err != nil {
+			return fmt.Errorf("keygen: %w", err)
 		}
 		fmt.Fprintf(stdout, "private key written to %s\n", *out)
 	} else {
@@ -84,25 +117,79 @@ func keygen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// writeKeyFile writes seed to path, mode 0600. An existing file is refused
+// unless force; then it is replaced whole (a new 0600 file renamed over it,
+// so a file that was readable by others does not keep its mode).
+func writeKeyFile(path, seed string, force bool) error {
+	if !force {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s exists; -force replaces it", path)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(f, seed); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".keygen-*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails harmlessly after the rename
+	if _, err := fmt.Fprintln(f, seed); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// errKeyFlag refuses the old -key flag: a private key on the command line
+// lands in shell history and in every process listing.
+var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -key-file or FN_ISSUER_PRIVATE_KEY")
+
 func mintToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "check" {
+		return checkToken(args[1:], getenv, stdout, stderr)
+	}
 	fset := flag.NewFlagSet("token", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	household := fset.String("household", "home", "household (hh claim)")
 	device := fset.String("device", "", "device (sub claim)")
 	scope := fset.String("scope", token.ScopeDevice, "device or admin")
 	ttl := fset.Duration("ttl", 24*time.Hour, "how long the token is valid")
 	keyFile := fset.String("key-file", envOr(getenv, "FN_ISSUER_KEY_FILE", "data/issuer.key"), "issuer private key file (env FN_ISSUER_KEY_FILE)")
-	keyB64 := fset.String("key", getenv("FN_ISSUER_PRIVATE_KEY"), "issuer private key as a base64 seed, instead of -key-file (env FN_ISSUER_PRIVATE_KEY)")
-	if err := fset.Parse(args); err != nil {
+	fset.Func("key", "refused: "+errKeyFlag.Error(), func(string) error { return errKeyFlag })
+	fset.Usage = usageFunc(fset, `usage: relay token -device DEVICE [-household HOME] [-scope device|admin] [-ttl 24h] [-key-file FILE]
+       relay token check [flags] TOKEN|-     (relay token check -h)
+
+Mints a device token signed with the issuer private key, read from
+-key-file when given, else from FN_ISSUER_PRIVATE_KEY (a base64 seed) when
+set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).
+`)
+	if help, err := parseFlags(fset, args, stdout, stderr); help || err != nil {
 		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("token: unexpected argument %q", fset.Arg(0))
 	}
 	if *device == "" {
 		return errors.New("token: -device is required")
 	}
+	if *scope != token.ScopeDevice && *scope != token.ScopeAdmin {
+		return fmt.Errorf("token: -scope %q: want device or admin", *scope)
+	}
+	keyFileGiven := false
+	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" })
 	var key ed25519.PrivateKey
 	var err error
-	if *keyB64 != "" {
-		key, err = parseSeed(*keyB64)
+	if seed := getenv("FN_ISSUER_PRIVATE_KEY"); seed != "" && !keyFileGiven {
+		key, err = parseSeed(strings.TrimSpace(seed))
 	} else {
 		key, err = readIssuerKey(*keyFile)
 	}
@@ -136,11 +223,4 @@ func envOr(getenv func(string) string, name, def string) string {
 		return v
 	}
 	return def
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,11 +19,21 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	var code exitError
+	if errors.As(err, &code) {
+		os.Exit(int(code))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		os.Exit(1)
 	}
 }
+
+// exitError ends the program with its status and nothing more printed:
+// the command has already said what it had to.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // run is the whole program; tests call it with their own arguments,
 // environment and output.
@@ -43,7 +54,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
-		fmt.Fprintln(stdout, "relay", version())
+		fmt.Fprintln(stdout, "relay", readBuild())
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprintln(stdout, usage)
@@ -82,7 +93,8 @@ const usage = `usage: relay [command] [flags]
 commands:
   serve    run the relay (default); flags and FN_* variables: relay serve -h
   keygen   create an issuer key pair
-  token    mint a device token with the issuer key
+  token    mint a device token with the issuer key;
+           token check: show a token and whether the relay accepts it
   migrate  apply the store's migrations and exit
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell

@@ -77,7 +77,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bld := readBuild()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(bld))
 	cfg.MaxHeldPolls = heldPollCap(cfg, log)
 	memoryTarget(getenv, log)
 
@@ -153,7 +154,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("FN_LISTEN: %w", err)
 	}
 	addr := ln.Addr().String()
-	log.Info("serving", "addr", "http://"+addr, "store", storeKind(cfg.DatabaseURL))
+	log.Info("serving", "addr", "http://"+addr, "store", storeKind(cfg.DatabaseURL), "version", bld.Version)
 	if minted != nil {
 		printWelcome(stdout, addr, cfg.IssuerKeyFile)
 	}
