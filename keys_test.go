@@ -233,7 +233,7 @@ func TestTokenCheckBinary(t *testing.T) {
 		}
 		return cmd.ProcessState.ExitCode(), string(out)
 	}
-	if code, out := check(good+"\n", "-"); code != 0 || !strings.Contains(out, "trusted  the key in data/issuer.key") || !strings.HasSuffix(out, "\nvalid\n") {
+	if code, out := check(good+"\n", "-"); code != 0 || !strings.Contains(out, "trusted  the key in data/issuer.key, public "+key.public()) || !strings.HasSuffix(out, "\nvalid\n") {
 		t.Fatalf("stdin, good token: exit %d\n%s", code, out)
 	}
 	if code, out := check("", "-token-file", tokFile); code != 1 || !strings.Contains(out, "refused: expired") {

@@ -115,7 +115,8 @@ func trustedKeys(keysFlag, keyFile string) ([]ed25519.PublicKey, string, error) 
 	if err != nil {
 		return nil, "", fmt.Errorf("FN_ISSUER_KEYS is empty and FN_ISSUER_KEY_FILE cannot be read (a relay would create a new key there, trusting no existing token): %w", err)
 	}
-	return []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}, "the key in " + keyFile + " (FN_ISSUER_KEYS is empty)", nil
+	pub := priv.Public().(ed25519.PublicKey)
+	return []ed25519.PublicKey{pub}, fmt.Sprintf("the key in %s, public %s (FN_ISSUER_KEYS is empty)", keyFile, base64.StdEncoding.EncodeToString(pub)), nil
 }
 
 func printToken(w io.Writer, h token.Header, c token.Claims, now time.Time) {
