@@ -269,4 +269,3 @@ func TestSubcommandHelp(t *testing.T) {
 		}
 	}
 }
-
