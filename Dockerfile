@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 #
 # The relay as a container image: one static binary on distroless, run as a
-# non-root user. Build with `docker build -t relay .`; deploy/README.md says
-# how to run it.
+# non-root user. Build with `docker build -t relay .` (scripts/release.sh
+# also stamps the version); deploy/README.md says how to run it.
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -14,9 +14,12 @@ COPY . .
 # CGO_ENABLED=0: SQLite is modernc.org/sqlite (pure Go), so the binary needs
 # no libc and runs on an image without one.
 ENV CGO_ENABLED=0
+# The version and commit relay version and fn_build_info report; .git is
+# not in the build context, so scripts/release.sh passes them.
+ARG VERSION="" REVISION=""
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w" -o /out/relay . \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/relay . \
  && mkdir -p /out/data
 
 # distroless/static: CA certificates (APNs, FCM and UnifiedPush are TLS),

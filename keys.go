@@ -6,12 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -61,8 +61,12 @@ func parseSeed(s string) (ed25519.PrivateKey, error) {
 }
 
 func keygen(args []string, stdout io.Writer) error {
-	fset := flags("keygen", "[flags]", "Create an issuer key pair.", stdout)
+	fset := flags("keygen", "[-out FILE [-force]]", `Creates an Ed25519 issuer key pair. The public key goes in the relays'
+FN_ISSUER_KEYS; the private key stays with whoever mints tokens. Without
+-out the private key is printed; with -out it is written to FILE, mode 0600,
+and an existing FILE is refused unless -force.`, stdout)
 	out := fset.String("out", "", "write the private key (base64 seed) to this file, mode 0600, instead of printing it")
+	force := fset.Bool("force", false, "with -out, replace an existing key file (tokens signed by the old key stop verifying once relays stop trusting it)")
 	if _, err := config.Parse(fset, args, nil, noEnv); err != nil {
 		return err
 	}
@@ -75,8 +79,8 @@ func keygen(args []string, stdout io.Writer) error {
 	}
 	seed := base64.StdEncoding.EncodeToString(key.Seed())
 	if *out != "" {
-		if err := os.WriteFile(*out, []byte(seed+"\n"), 0o600); err != nil {
-			return err
+		if err := writeKeyFile(*out, seed, *force); err != nil {
+			return fmt.Errorf("keygen: %w", err)
 		}
 		fmt.Fprintf(stdout, "private key written to %s\n", *out)
 	} else {
@@ -86,19 +90,59 @@ func keygen(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// tokenEnv are the variables of the token command's flags.
-var tokenEnv = map[string]string{"key-file": "FN_ISSUER_KEY_FILE", "key": "FN_ISSUER_PRIVATE_KEY"}
+// writeKeyFile writes seed to path, mode 0600. An existing file is refused
+// unless force; then it is replaced whole (a new 0600 file renamed over it,
+// so a file that was readable by others does not keep its mode).
+func writeKeyFile(path, seed string, force bool) error {
+	if !force {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s exists; -force replaces it", path)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(f, seed); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".keygen-*") // mode 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // fails harmlessly after the rename
+	if _, err := fmt.Fprintln(f, seed); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// errKeyFlag refuses the old -key flag: a private key on the command line
+// lands in shell history and in every process listing.
+var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -key-file or FN_ISSUER_PRIVATE_KEY")
 
 func mintToken(args []string, getenv func(string) string, stdout io.Writer) error {
-	fset := flags("token", "[flags]", "Mint a device token with the issuer key; -key-file and -key also read FN_ISSUER_KEY_FILE and FN_ISSUER_PRIVATE_KEY.", stdout)
+	if len(args) > 0 && args[0] == "check" {
+		return checkToken(args[1:], getenv, stdout)
+	}
+	fset := flags("token", `-device DEVICE [-household HOME] [-scope device|admin] [-ttl 24h] [-key-file FILE]
+       relay token check [flags] TOKEN|-     (relay token check -h)`, `Mints a device token signed with the issuer private key, read from
+-key-file when given, else from FN_ISSUER_PRIVATE_KEY (a base64 seed) when
+set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
 	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
 	household := fset.String("household", "home", "household (hh claim)")
 	device := fset.String("device", "", "device (sub claim)")
 	scope := fset.String("scope", token.ScopeDevice, "device or admin")
 	ttl := fset.Duration("ttl", 24*time.Hour, "how long the token is valid")
 	keyFile := fset.String("key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE)")
-	keyB64 := fset.String("key", "", "issuer private key as a base64 seed, instead of -key-file (env FN_ISSUER_PRIVATE_KEY)")
-	if _, err := config.Parse(fset, args, getenv, func(f string) string { return tokenEnv[f] }); err != nil {
+	fset.Func("key", "refused: "+errKeyFlag.Error(), func(string) error { return errKeyFlag })
+	if _, err := config.Parse(fset, args, getenv, noEnv); err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
@@ -107,11 +151,21 @@ func mintToken(args []string, getenv func(string) string, stdout io.Writer) erro
 	if *device == "" {
 		return errors.New("token: -device is required")
 	}
+	if *scope != token.ScopeDevice && *scope != token.ScopeAdmin {
+		return fmt.Errorf("token: -scope %q: want device or admin", *scope)
+	}
+	keyFileGiven := false
+	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" })
 	var key ed25519.PrivateKey
 	var err error
-	if *keyB64 != "" {
-		key, err = parseSeed(*keyB64)
-	} else {
+	switch seed, file := getenv("FN_ISSUER_PRIVATE_KEY"), getenv("FN_ISSUER_KEY_FILE"); {
+	case keyFileGiven:
+		key, err = readIssuerKey(*keyFile)
+	case seed != "":
+		key, err = parseSeed(strings.TrimSpace(seed))
+	case file != "":
+		key, err = readIssuerKey(file)
+	default:
 		key, err = readIssuerKey(*keyFile)
 	}
 	if err != nil {
@@ -137,11 +191,4 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return st.Close()
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }

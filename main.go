@@ -99,7 +99,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		if err := noFlags("version", "Print the version.", args, stdout); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, "relay", version())
+		fmt.Fprintln(stdout, "relay", readBuild())
 		return nil
 	case "help":
 		// relay help CMD is relay CMD -h.
@@ -175,7 +175,8 @@ const usage = `usage: relay [command] [flags]; relay help COMMAND or relay COMMA
 commands:
   serve    run the relay (default); flags and FN_* variables: relay serve -h
   keygen   create an issuer key pair
-  token    mint a device token with the issuer key
+  token    mint a device token with the issuer key;
+           token check: show a token and whether the relay accepts it
   migrate  apply the store's migrations and exit
   send     send an envelope as a device: relay send -h
   listen   print a device's envelopes as JSON lines: relay listen -h

@@ -118,7 +118,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bld := readBuild()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge(bld))
 	heldPolls := heldPollCap(cfg, log)
 	memoryTarget(getenv, log)
 
@@ -201,7 +202,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("FN_LISTEN: %w", err)
 	}
 	addr := ln.Addr().String()
-	log.Info("serving", "addr", "http://"+addr, "store", string(cfg.Database.Kind))
+	log.Info("serving", "addr", "http://"+addr, "store", string(cfg.Database.Kind), "version", bld.Version)
 	if minted != nil {
 		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile)
 	}

@@ -163,6 +163,10 @@ func withStoreBudget(ctx context.Context, timeout time.Duration) context.Context
 	return context.WithValue(ctx, storeBudgetKey{}, time.Now().Add(timeout))
 }
 
+// ValidName says whether n is a household or device name the relay
+// accepts, for tools that check tokens as the relay would.
+func ValidName(n string) bool { return validName(n) }
+
 // validName: 1 to 64 characters of A-Z a-z 0-9 . _ -
 func validName(n string) bool {
 	if len(n) < 1 || len(n) > 64 {

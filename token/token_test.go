@@ -220,3 +220,30 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestInspect: Inspect shows what a token says whether or not it verifies,
+// and refuses what does not decode.
+func TestInspect(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	key := newKey(t)
+	hdr := map[string]any{"alg": "EdDSA", "typ": "JWT", "kid": "2026-a"}
+	claims := map[string]any{"hh": "home", "sub": "phone", "scope": "admin", "iat": now.Unix(), "exp": now.Add(-time.Hour).Unix()}
+	// Expired and signed by a key nobody trusts: still readable.
+	tok := forge(t, hdr, claims, func(b []byte) []byte { return ed25519.Sign(key, b) })
+	if _, err := Verify(tok, nil, now); !errors.Is(err, ErrSignature) {
+		t.Fatalf("Verify: %v, want ErrSignature", err)
+	}
+	h, c, err := Inspect(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Claims{Household: "home", Device: "phone", Scope: "admin", IssuedAt: now, Expires: now.Add(-time.Hour)}
+	if h != (Header{Alg: "EdDSA", Typ: "JWT", Kid: "2026-a"}) || c != want {
+		t.Fatalf("Inspect = %+v %+v, want kid 2026-a and %+v", h, c, want)
+	}
+	for _, bad := range []string{"", "a.b", "a.b.c.d", "!!.e30.x", tok[:strings.Index(tok, ".")] + ".!!.x", strings.Repeat("a", MaxLen+1)} {
+		if _, _, err := Inspect(bad); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTooLong) {
+			t.Errorf("Inspect(%.20q) = %v, want malformed", bad, err)
+		}
+	}
+}
