@@ -143,7 +143,7 @@ func TestAccessLogLines(t *testing.T) {
 		t.Errorf("404 line: %v", nf)
 	}
 	bad := waitLine(t, log, func(l map[string]any) bool { return l["status"] == float64(400) })
-	if field(bad, "wait") != "invalid" || field(bad, "outcome") != "error" || field(bad, "error") != "bad_request" {
+	if field(bad, "wait") != "invalid" || field(bad, "outcome") != "client_error" || field(bad, "error") != "bad_request" {
 		t.Errorf("400 poll line: %v", bad)
 	}
 	devs := waitLine(t, log, func(l map[string]any) bool { return l["route"] == "/v1/devices" })

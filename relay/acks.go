@@ -26,7 +26,12 @@ type acks struct {
 
 	mu      sync.Mutex
 	pending map[wake.Key]store.Ack
+	written uint64        // batches written so far
 	kick    chan struct{} // a batch grew past ackBatch: write it now
+
+	// writeMu is held while a batch is written, so that flushHousehold can
+	// wait for acks the loop has taken but not yet written.
+	writeMu sync.Mutex
 
 	stop chan struct{}
 	done chan struct{}
@@ -103,9 +108,11 @@ func (a *acks) run() {
 // flush writes what is pending, a batch at a time.
 func (a *acks) flush() {
 	for {
+		a.writeMu.Lock()
 		a.mu.Lock()
 		if len(a.pending) == 0 {
 			a.mu.Unlock()
+			a.writeMu.Unlock()
 			return
 		}
 		batch := make([]store.Ack, 0, min(len(a.pending), ackBatch))
@@ -121,6 +128,7 @@ func (a *acks) flush() {
 		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 		err := a.write(ctx, batch)
 		cancel()
+		a.writeMu.Unlock()
 		if err != nil {
 			return // back in line for the next round, not retried in a loop
 		}
@@ -132,19 +140,28 @@ func (a *acks) flush() {
 func (a *acks) write(ctx context.Context, batch []store.Ack) error {
 	deleted, err := a.store.AckMany(ctx, batch)
 	a.onDone(deleted, err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if err != nil {
-		a.mu.Lock()
 		for _, p := range batch {
 			a.merge(p)
 		}
-		a.mu.Unlock()
+		return err
 	}
-	return err
+	a.written++
+	return nil
 }
 
-// flushHousehold writes now what is pending for household's devices, and
-// reports whether there was anything and it was written.
+// flushHousehold writes now what is pending for household's devices, after
+// any batch the loop is writing, and reports whether any batch was written
+// meanwhile (one of the loop's may have held the household's acks), so that
+// the store's pending counts may have fallen.
 func (a *acks) flushHousehold(ctx context.Context, household string) bool {
+	a.mu.Lock()
+	before := a.written
+	a.mu.Unlock()
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
 	a.mu.Lock()
 	var batch []store.Ack
 	for k, p := range a.pending {
@@ -154,7 +171,12 @@ func (a *acks) flushHousehold(ctx context.Context, household string) bool {
 		}
 	}
 	a.mu.Unlock()
-	return len(batch) > 0 && a.write(ctx, batch) == nil
+	if len(batch) > 0 {
+		_ = a.write(ctx, batch) // a failed batch is back in pending
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.written != before
 }
 
 // close writes what is pending and stops the loop.
