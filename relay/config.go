@@ -68,6 +68,9 @@ type Config struct {
 	FCMCredentialsFile   string
 	FCMURL               string
 	FCMTokenURL          string
+	// CORSOrigins are the web origins whose pages may call the API; "*"
+	// alone allows any. Empty: no CORS headers at all.
+	CORSOrigins          []string
 	LogLevel             string
 	LogFormat            string
 	issuerKeysConfigured bool
@@ -279,6 +282,17 @@ var settings = []Setting{
 	{"FN_FCM_CREDENTIALS_FILE", "", "FCM service-account JSON file; empty: no FCM pushes", str(func(c *Config) *string { return &c.FCMCredentialsFile })},
 	{"FN_FCM_URL", "https://fcm.googleapis.com", "FCM HTTP v1 base URL", str(func(c *Config) *string { return &c.FCMURL })},
 	{"FN_FCM_TOKEN_URL", "", "OAuth token URL; empty: the credentials file's token_uri", str(func(c *Config) *string { return &c.FCMTokenURL })},
+	{"FN_CORS_ORIGINS", "", "comma-separated web origins (https://app.example) whose pages may call the API from a browser, or * for any (tokens are bearer headers, never cookies); empty: no CORS headers", func(c *Config, v string) error {
+		o, err := parseCORSOrigins(v)
+		if err != nil {
+			return err
+		}
+		c.CORSOrigins = o.list
+		if o.any {
+			c.CORSOrigins = []string{"*"}
+		}
+		return nil
+	}},
 	{"FN_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		switch v {
 		case "debug", "info", "warn", "error":
