@@ -129,7 +129,9 @@ func TestCORSListed(t *testing.T) {
 	}
 	tok := h.token("home", "phone")
 	readable("register", h.must("POST", "/v1/register", tok, nil, http.StatusOK, "Origin", appOrigin), appOrigin)
-	send := func(id string) map[string]any { return map[string]any{"id": id, "to": []string{"phone"}, "payload": []byte("x")} }
+	send := func(id string) map[string]any {
+		return map[string]any{"id": id, "to": []string{"phone"}, "payload": []byte("x")}
+	}
 	readable("send", h.must("POST", "/v1/send", tok, send("a"), http.StatusAccepted, "Origin", "http://127.0.0.1:5173"), "http://127.0.0.1:5173")
 	readable("401", h.must("GET", "/v1/poll", "", nil, http.StatusUnauthorized, "Origin", appOrigin), appOrigin)
 	h.must("POST", "/v1/send", tok, send("b"), http.StatusAccepted)
