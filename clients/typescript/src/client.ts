@@ -149,6 +149,11 @@ export class RelayClient {
     const id = opts.id ?? newId();
     const bytes = typeof payload === "string" ? utf8.encode(payload) : payload;
     const bo = new Backoff(this.maxBackoffMs);
+    let last: unknown; // the last attempt that ended on its own
+    const giveUp = (err: unknown) => {
+      last ??= err;
+      return new Error(`relay client: send ${id}: gave up (last attempt: ${String(last)})`, { cause: last });
+    };
     for (;;) {
       let err: unknown;
       try {
@@ -156,15 +161,12 @@ export class RelayClient {
       } catch (e) {
         err = e;
       }
-      if (opts.signal?.aborted) {
-        throw new Error(`relay client: send ${id}: gave up (last attempt: ${String(err)})`, { cause: err });
-      }
+      if (opts.signal?.aborted) throw giveUp(err);
       if (!retryable(err)) throw err;
+      last = err;
       const d = bo.next(err);
       this.log(`send ${id}: ${String(err)}; retrying in ${Math.round(d)} ms`);
-      if (!(await sleep(d, opts.signal))) {
-        throw new Error(`relay client: send ${id}: gave up (last attempt: ${String(err)})`, { cause: err });
-      }
+      if (!(await sleep(d, opts.signal))) throw giveUp(err);
     }
   }
 
