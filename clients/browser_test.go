@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -97,13 +98,15 @@ func TestBrowserCORS(t *testing.T) {
 // not), opens the page in Chromium and returns what it reported.
 func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	results := make(chan []byte, 1)
-	var cfg []byte
+	// Written once the relay runs, after the server started: the page
+	// reads it through Chromium, which the race detector cannot see.
+	var cfg atomic.Pointer[[]byte]
 	mux := http.NewServeMux()
 	mux.Handle("GET /", http.FileServer(http.Dir(filepath.Join("testdata", "browser"))))
 	mux.Handle("GET /client/", http.StripPrefix("/client/", http.FileServer(http.Dir(filepath.Join(tsDir, "dist")))))
 	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(cfg)
+		_, _ = w.Write(*cfg.Load())
 	})
 	mux.HandleFunc("POST /result", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
@@ -124,14 +127,14 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	if !strings.HasPrefix(relay.URL, "http://127.0.0.1:") || relay.URL == page.URL {
 		t.Fatalf("relay %s and page %s must be two origins on loopback", relay.URL, page.URL)
 	}
-	var err error
-	cfg, err = json.Marshal(map[string]any{
+	conf, err := json.Marshal(map[string]any{
 		"relay": relay.URL, "timeoutMs": 20000,
 		"phone": relay.token(t, "home", "phone"), "laptop": relay.token(t, "home", "laptop"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Store(&conf)
 
 	profile := t.TempDir()
 	var out bytes.Buffer
