@@ -144,6 +144,7 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group: Chromium's helpers are ended with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

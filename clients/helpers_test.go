@@ -131,6 +131,7 @@ func startRelay(t *testing.T, env ...string) *relayProc {
 		"FN_SHUTDOWN_GRACE=2s",
 	)
 	cmd.Env = append(cmd.Env, env...)
+	dieWithTest(cmd)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ func TestTypeScriptClient(t *testing.T) {
 	cmd := exec.Command("npm", "test")
 	cmd.Dir = tsDir
 	cmd.Env = append(cleanEnv(), "FN_TEST_RELAY_BIN="+relayBinary(t))
+	dieWithTest(cmd)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("npm test: %v\n%s", err, out)

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import { RelayClient } from "../index.js";
-import { FaultyProxy, cliPath, household, startRelay, stopProcess } from "./relay.js";
+import { FaultyProxy, cliPath, household, removeAtExit, startRelay, stopProcess, track } from "./relay.js";
 import type { Relay } from "./relay.js";
 
 interface Result {
@@ -20,6 +20,7 @@ let dir: string;
 before(async () => {
   relay = await startRelay();
   dir = await mkdtemp(join(tmpdir(), "cli-"));
+  removeAtExit(dir);
 });
 after(async () => {
   await relay?.stop();
@@ -29,7 +30,9 @@ after(async () => {
 const cleanEnv = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("FN_")));
 
 function start(args: string[], env: Record<string, string> = {}) {
-  return spawn(process.execPath, [cliPath, ...args], { env: { ...cleanEnv(), ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [cliPath, ...args], { env: { ...cleanEnv(), ...env }, stdio: ["pipe", "pipe", "pipe"] });
+  track(child);
+  return child;
 }
 
 function cli(args: string[], opts: { env?: Record<string, string>; input?: string | Uint8Array } = {}): Promise<Result> {

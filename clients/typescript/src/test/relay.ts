@@ -3,6 +3,7 @@
 // a free loopback port, trusting an issuer key made by `relay keygen`.
 import { execFile, spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
+import { rmSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import type { Server, Socket } from "node:net";
@@ -18,6 +19,28 @@ export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../../
 /** The compiled command line. */
 export const cliPath = resolve(dirname(fileURLToPath(import.meta.url)), "../cli.js");
 
+// What this process started or made, ended and removed when it exits,
+// also when the test runner stops it (a timeout sends SIGTERM), so that no
+// relay outlives the tests.
+const children = new Set<ChildProcess>();
+const paths = new Set<string>();
+process.on("exit", () => {
+  for (const c of children) c.kill("SIGKILL");
+  for (const p of paths) rmSync(p, { recursive: true, force: true });
+});
+for (const sig of ["SIGTERM", "SIGINT"] as const) process.once(sig, () => process.exit(1));
+
+/** Kills child when the process exits, unless it ended before. */
+export function track(child: ChildProcess): void {
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+}
+
+/** Removes path when the process exits, unless removed before. */
+export function removeAtExit(path: string): void {
+  paths.add(path);
+}
+
 let built: Promise<string> | undefined;
 
 /** The relay binary: FN_TEST_RELAY_BIN, or `go build` of the checkout, once per process. */
@@ -25,7 +48,7 @@ export function relayBinary(): Promise<string> {
   built ??= (async () => {
     if (process.env.FN_TEST_RELAY_BIN) return process.env.FN_TEST_RELAY_BIN;
     const dir = await mkdtemp(join(tmpdir(), "relay-bin-"));
-    process.on("exit", () => void rm(dir, { recursive: true, force: true }));
+    removeAtExit(dir);
     const bin = join(dir, "relay");
     try {
       await run("go", ["build", "-o", bin, "."], { cwd: repoRoot, timeout: 600_000 });
@@ -48,6 +71,7 @@ export interface Relay {
 export async function startRelay(env: Record<string, string> = {}): Promise<Relay> {
   const bin = await relayBinary();
   const dir = await mkdtemp(join(tmpdir(), "relay-test-"));
+  removeAtExit(dir);
   const keys = (await run(bin, ["keygen"])).stdout;
   const seed = /^private: (\S+)$/m.exec(keys)?.[1];
   const pub = /^public: +(\S+)$/m.exec(keys)?.[1];
@@ -66,6 +90,7 @@ export async function startRelay(env: Record<string, string> = {}): Promise<Rela
     },
     stdio: ["ignore", "ignore", "pipe"],
   });
+  track(child);
   const url = await serving(child);
   return {
     url,
@@ -75,6 +100,7 @@ export async function startRelay(env: Record<string, string> = {}): Promise<Rela
     async stop() {
       await stopProcess(child);
       await rm(dir, { recursive: true, force: true });
+      paths.delete(dir);
     },
   };
 }
