@@ -93,6 +93,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		MaxHeldPolls:        heldPolls,
 		AccessLog:           c.AccessLog,
 		TrustedProxies:      c.TrustedProxies,
+		CORSOrigins:         c.CORSOrigins,
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,9 +76,12 @@ type Config struct {
 	FCMCredentialsFile   string
 	FCMURL               string
 	FCMTokenURL          string
-	LogLevel             string
-	LogFormat            string
-	AccessLog            bool
+	// CORSOrigins are the web origins whose pages may call the API; "*"
+	// alone allows any. Empty: no CORS headers at all.
+	CORSOrigins []string
+	LogLevel    string
+	LogFormat   string
+	AccessLog   bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies       []netip.Prefix
 	issuerKeysConfigured bool
@@ -292,6 +297,11 @@ var settings = []Setting{
 	{"FN_FCM_CREDENTIALS_FILE", "", "FCM service-account JSON file; empty: no FCM pushes", str(func(c *Config) *string { return &c.FCMCredentialsFile })},
 	{"FN_FCM_URL", "https://fcm.googleapis.com", "FCM HTTP v1 base URL", str(func(c *Config) *string { return &c.FCMURL })},
 	{"FN_FCM_TOKEN_URL", "", "OAuth token URL; empty: the credentials file's token_uri", str(func(c *Config) *string { return &c.FCMTokenURL })},
+	{"FN_CORS_ORIGINS", "", "comma-separated web origins (https://app.example) whose pages may call the API from a browser, or * for any (tokens are bearer headers, never cookies); empty: no CORS headers", func(c *Config, v string) error {
+		o, err := ParseCORSOrigins(v)
+		c.CORSOrigins = o
+		return err
+	}},
 	{"FN_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		switch v {
 		case "debug", "info", "warn", "error":
@@ -349,6 +359,55 @@ func ParseTrustedProxies(v string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// ParseCORSOrigins reads "*" alone, or comma-separated origins spelt as a
+// browser sends them in its Origin header: scheme://host[:port], lower
+// case, no path, no default port. Anything else would never match, so it
+// is refused at start.
+func ParseCORSOrigins(v string) ([]string, error) {
+	var list []string
+	any := false
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "":
+			continue
+		case part == "*":
+			any = true
+			continue
+		}
+		if err := checkOrigin(part); err != nil {
+			return nil, fmt.Errorf("%q: %w", part, err)
+		}
+		if !slices.Contains(list, part) {
+			list = append(list, part)
+		}
+	}
+	switch {
+	case any && len(list) > 0:
+		return nil, errors.New(`"*" allows every origin; list no others beside it`)
+	case any:
+		return []string{"*"}, nil
+	}
+	return list, nil
+}
+
+func checkOrigin(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("not an origin (scheme://host[:port])")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("want an http or https origin")
+	case u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "#"):
+		return errors.New("an origin is scheme://host[:port], without path, query or trailing slash")
+	case s != strings.ToLower(s):
+		return errors.New("browsers send origins in lower case")
+	case (u.Scheme == "http" && u.Port() == "80") || (u.Scheme == "https" && u.Port() == "443"):
+		return errors.New("browsers leave the default port out of an origin")
+	}
+	return nil
 }
 
 func str(field func(*Config) *string) func(*Config, string) error {

@@ -147,3 +147,28 @@ func TestParseTrustedProxies(t *testing.T) {
 		}
 	}
 }
+
+// TestCORSOriginsSetting: an origin spelt as no browser sends it would
+// never match, so it stops the relay at start.
+func TestCORSOriginsSetting(t *testing.T) {
+	for _, good := range []string{"", "*", "https://app.example", "http://127.0.0.1:5173, https://app.example", "http://[::1]:8080"} {
+		if _, err := ParseCORSOrigins(good); err != nil {
+			t.Errorf("%q refused: %v", good, err)
+		}
+	}
+	for _, bad := range []string{"https://app.example/", "https://app.example/x", "HTTPS://App.example", "https://app.example:443",
+		"http://app.example:80", "ftp://app.example", "app.example", "*, https://app.example", "https://u@app.example", "https://app.example?"} {
+		if _, err := ParseCORSOrigins(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	env := func(k string) string {
+		if k == "FN_CORS_ORIGINS" {
+			return "https://app.example/"
+		}
+		return ""
+	}
+	if _, err := FromEnv(env); err == nil || !strings.Contains(err.Error(), "FN_CORS_ORIGINS") {
+		t.Errorf("a bad FN_CORS_ORIGINS: %v, want an error naming it", err)
+	}
+}

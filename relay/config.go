@@ -39,4 +39,7 @@ type Config struct {
 	AccessLog bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
+	// CORSOrigins are the web origins whose pages may call the API; "*"
+	// alone allows any. Empty: no CORS headers at all.
+	CORSOrigins []string
 }

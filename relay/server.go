@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,20 +62,21 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	positions  *position.Cache
-	recent     recent
-	acks       *acks
-	fleet      *fleet // nil with one relay
-	handler    http.Handler
-	metrics    *metrics
-	verified   verified
-	draining   atomic.Bool
-	readiness  readiness
-	held       atomic.Int64 // polls currently held (waiting)
-	inflight   chan struct{}
-	limiter    *rate.Limiter
-	households households
-	gates      *gates // nil: the store queues sends per device itself
+	positions   *position.Cache
+	corsOrigins corsOrigins
+	recent      recent
+	acks        *acks
+	fleet       *fleet // nil with one relay
+	handler     http.Handler
+	metrics     *metrics
+	verified    verified
+	draining    atomic.Bool
+	readiness   readiness
+	held        atomic.Int64 // polls currently held (waiting)
+	inflight    chan struct{}
+	limiter     *rate.Limiter
+	households  households
+	gates       *gates // nil: the store queues sends per device itself
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
@@ -132,6 +134,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.positions == nil {
 		s.positions = position.New(0)
 	}
+	s.corsOrigins = corsOrigins{list: cfg.CORSOrigins}
+	if slices.Equal(cfg.CORSOrigins, []string{"*"}) {
+		s.corsOrigins = corsOrigins{any: true}
+	}
 	if sw, ok := deps.Store.(interface{ SingleWriter() bool }); !ok || !sw.SingleWriter() {
 		s.gates = &gates{}
 	}
@@ -161,7 +167,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // HeldPolls is how many polls are waiting right now.
 func (s *Server) HeldPolls() int64 { return s.held.Load() }
 
-func (s *Server) routes() http.Handler { return s.guardBody(s.router()) }
+func (s *Server) routes() http.Handler {
+	r := s.router()
+	return s.guardBody(s.cors(r, r))
+}
 
 // router is the API's routes: what routes serves, and what the test that
 // holds docs/openapi.yaml to the server walks.

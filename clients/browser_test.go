@@ -1,0 +1,213 @@
+//go:build linux
+
+package clients
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pageResult is what testdata/browser/page.js reports.
+type pageResult struct {
+	OK         bool   `json:"ok"`
+	Error      string `json:"error"`
+	Registered struct {
+		Device string `json:"device"`
+	} `json:"registered"`
+	Sent struct {
+		ID         string `json:"id"`
+		Deliveries []struct {
+			Device string `json:"device"`
+			Seq    int64  `json:"seq"`
+		} `json:"deliveries"`
+	} `json:"sent"`
+	Got []struct {
+		Seq     int64  `json:"seq"`
+		ID      string `json:"id"`
+		From    string `json:"from"`
+		Payload string `json:"payload"`
+	} `json:"got"`
+	Cursor       int64   `json:"cursor"`
+	Unknown      refusal `json:"unknown"`
+	Limited      refusal `json:"limited"`
+	Unauthorized refusal `json:"unauthorized"`
+}
+
+type refusal struct {
+	Name       string `json:"name"`
+	Status     int    `json:"status"`
+	Code       string `json:"code"`
+	Limit      string `json:"limit"`
+	RetryAfter int    `json:"retryAfter"`
+}
+
+// TestBrowserCORS loads a page into headless Chromium from one origin (a
+// server of this test) that imports the compiled TypeScript client and
+// talks to a relay on another origin (another port): with the page's
+// origin in FN_CORS_ORIGINS it registers, sends, listens and reads the
+// relay's refusals with their Retry-After; with FN_CORS_ORIGINS empty the
+// browser withholds every answer and the page reports the failure.
+func TestBrowserCORS(t *testing.T) {
+	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
+	buildTypeScript(t)
+
+	t.Run("allowed", func(t *testing.T) {
+		res := runPage(t, chromium, true)
+		if !res.OK {
+			t.Fatalf("the page failed: %+v", res)
+		}
+		if len(res.Got) != 1 || res.Got[0].Payload != "hello from the browser" || res.Got[0].From != "laptop" ||
+			res.Got[0].ID != res.Sent.ID || res.Got[0].Seq != 1 || res.Cursor != 1 {
+			t.Errorf("the page listened to %+v (cursor %d), sent %+v", res.Got, res.Cursor, res.Sent)
+		}
+		if res.Registered.Device != "phone" {
+			t.Errorf("registered %+v", res.Registered)
+		}
+		if res.Unknown != (refusal{Name: "RelayError", Status: 404, Code: "unknown_device"}) {
+			t.Errorf("a send to an unknown device: %+v", res.Unknown)
+		}
+		if l := res.Limited; l.Status != 429 || l.Code != "rate_limited" || l.Limit != "household_send_rate" || l.RetryAfter < 1 {
+			t.Errorf("a refused send (Retry-After must be readable): %+v", l)
+		}
+		if res.Unauthorized != (refusal{Name: "RelayError", Status: 401, Code: "unauthorized"}) {
+			t.Errorf("a bad token: %+v", res.Unauthorized)
+		}
+	})
+
+	t.Run("not allowed", func(t *testing.T) {
+		res := runPage(t, chromium, false)
+		if res.OK || !strings.HasPrefix(res.Error, "NoAnswerError:") {
+			t.Fatalf("without CORS the page reported %+v, want a NoAnswerError", res)
+		}
+	})
+}
+
+// runPage serves the page, starts a relay (allowing the page's origin or
+// not), opens the page in Chromium and returns what it reported.
+func runPage(t *testing.T, chromium string, allow bool) pageResult {
+	results := make(chan []byte, 1)
+	// Written once the relay runs, after the server started: the page
+	// reads it through Chromium, which the race detector cannot see.
+	var cfg atomic.Pointer[[]byte]
+	mux := http.NewServeMux()
+	mux.Handle("GET /", http.FileServer(http.Dir(filepath.Join("testdata", "browser"))))
+	mux.Handle("GET /client/", http.StripPrefix("/client/", http.FileServer(http.Dir(filepath.Join(tsDir, "dist")))))
+	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(*cfg.Load())
+	})
+	mux.HandleFunc("POST /result", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		select {
+		case results <- b:
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	page := httptest.NewServer(mux)
+	t.Cleanup(page.Close)
+
+	env := []string{"FN_HOUSEHOLD_SEND_BURST=2", "FN_HOUSEHOLD_SEND_RATE=0.001"} // the page's third send is a 429
+	if allow {
+		env = append(env, "FN_CORS_ORIGINS="+page.URL)
+	}
+	relay := startRelay(t, env...)
+	if !strings.HasPrefix(relay.URL, "http://127.0.0.1:") || relay.URL == page.URL {
+		t.Fatalf("relay %s and page %s must be two origins on loopback", relay.URL, page.URL)
+	}
+	conf, err := json.Marshal(map[string]any{
+		"relay": relay.URL, "timeoutMs": 20000,
+		"phone": relay.token(t, "home", "phone"), "laptop": relay.token(t, "home", "laptop"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store(&conf)
+
+	profile := t.TempDir()
+	var out bytes.Buffer
+	cmd := exec.Command(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--user-data-dir="+profile, page.URL+"/")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Its own process group: Chromium's helpers are ended with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		noneLeft(t, profile)
+	}
+	t.Cleanup(stop)
+
+	var b []byte
+	select {
+	case b = <-results:
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("chromium exited (%v) before the page reported:\n%s", err, out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no report from the page within 60 s; chromium said:\n%s", out.String())
+	}
+	stop()
+	var res pageResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("the page reported %q: %v", b, err)
+	}
+	t.Logf("the page reported %s", b)
+	return res
+}
+
+// noneLeft fails the test if a process of the Chromium profile still runs.
+func noneLeft(t *testing.T, profile string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := processesWith("--user-data-dir=" + profile)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("chromium processes left running: %v", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processesWith lists the live processes whose command line holds arg.
+func processesWith(arg string) []string {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(arg)) {
+			continue
+		}
+		// A zombie's cmdline is empty, so anything here is alive.
+		out = append(out, fmt.Sprintf("%s: %s", filepath.Base(filepath.Dir(p)), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return out
+}

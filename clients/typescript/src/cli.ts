@@ -1,0 +1,195 @@
+#!/usr/bin/env node
+// The client's command line: `send` and `listen`, with the same flags and
+// output as the relay binary's own `relay send` and `relay listen`, so
+// that one conformance test drives either. JSON only: -codec msgpack is
+// refused (exit 2).
+import { readFile } from "node:fs/promises";
+
+import { RelayClient, newId } from "./client.js";
+import type { Envelope } from "./client.js";
+import { MemoryCursorStore } from "./cursor.js";
+import { encodeBase64 } from "./base64.js";
+import { FileCursorStore } from "./node.js";
+
+const USAGE = `usage:
+  cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [PAYLOAD | -file F | -]
+  cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N]
+common flags:
+  -url URL        relay base URL (env FN_RELAY_URL, default http://127.0.0.1:8080)
+  -token T        bearer token; else -token-file F; else env FN_TOKEN
+  -token-file F   file holding the token
+  -codec json     the only codec of this command line`;
+
+/** A mistake on the command line: exit 2. */
+class UsageError extends Error {}
+
+type Flags = Map<string, string>;
+
+/**
+ * Parses flags as Go's flag package does: -name value, -name=value, a
+ * leading "--" allowed; flags end at the first argument that is not one,
+ * at a lone "-", or after "--".
+ */
+function parseFlags(args: string[], known: string[]): { flags: Flags; rest: string[] } {
+  const flags: Flags = new Map();
+  let i = 0;
+  for (; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === "--") {
+      i++;
+      break;
+    }
+    if (a.length < 2 || a[0] !== "-") break;
+    let name = a.slice(a[1] === "-" ? 2 : 1);
+    let value: string | undefined;
+    const eq = name.indexOf("=");
+    if (eq >= 0) {
+      value = name.slice(eq + 1);
+      name = name.slice(0, eq);
+    }
+    if (name === "h" || name === "help") throw new UsageError("");
+    if (!known.includes(name)) throw new UsageError(`flag provided but not defined: -${name}`);
+    if (value === undefined) {
+      if (i + 1 >= args.length) throw new UsageError(`flag needs an argument: -${name}`);
+      value = args[++i]!;
+    }
+    flags.set(name, value);
+  }
+  return { flags, rest: args.slice(i) };
+}
+
+const UNITS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A Go duration ("60s", "1m30s", "500ms") in milliseconds. */
+function parseDuration(s: string): number {
+  if (s === "0") return 0;
+  const re = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy;
+  let total = 0;
+  let end = 0;
+  for (let m = re.exec(s); m; m = re.exec(s)) {
+    total += Number(m[1]) * UNITS[m[2]!]!;
+    end = re.lastIndex;
+  }
+  if (s === "" || end !== s.length) throw new UsageError(`invalid duration ${JSON.stringify(s)}`);
+  return total;
+}
+
+function wholeNumber(name: string, s: string, min: number): number {
+  if (!/^\d{1,9}$/.test(s) || Number(s) < min) throw new UsageError(`-${name}: want a whole number of at least ${min}, got ${JSON.stringify(s)}`);
+  return Number(s);
+}
+
+const COMMON = ["url", "token", "token-file", "codec"];
+
+async function clientFrom(flags: Flags, env: NodeJS.ProcessEnv): Promise<RelayClient> {
+  const codec = flags.get("codec") ?? "json";
+  if (codec === "msgpack") throw new UsageError("-codec msgpack: this command line speaks JSON only");
+  if (codec !== "json") throw new UsageError(`-codec ${codec}: want json`);
+  let token = flags.get("token") ?? "";
+  if (!token && flags.has("token-file")) {
+    try {
+      token = (await readFile(flags.get("token-file")!, "utf8")).trim();
+    } catch (e) {
+      throw new UsageError(`-token-file: ${(e as Error).message}`);
+    }
+  }
+  if (!token) token = (env.FN_TOKEN ?? "").trim();
+  if (!token) throw new UsageError("no token: give -token, -token-file or FN_TOKEN");
+  const url = flags.get("url") || env.FN_RELAY_URL || "http://127.0.0.1:8080";
+  try {
+    return new RelayClient({ url, token, log: (line) => process.stderr.write(`relay-client: ${line}\n`) });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+}
+
+async function readStdin(): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return new Uint8Array(Buffer.concat(chunks));
+}
+
+/** Writes one line and resolves once it was handed to the OS. */
+function writeLine(line: string): Promise<void> {
+  return new Promise((resolve, reject) => process.stdout.write(line + "\n", (err) => (err ? reject(err) : resolve())));
+}
+
+async function send(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const { flags, rest } = parseFlags(args, [...COMMON, "to", "id", "file", "timeout"]);
+  if (rest.length > 1) throw new UsageError(`send takes one payload argument, got ${rest.length}`);
+  const to = (flags.get("to") ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
+  if (to.length === 0) throw new UsageError("send needs -to dev1,dev2");
+  const timeoutMs = parseDuration(flags.get("timeout") ?? "60s");
+  const id = flags.get("id") ?? newId();
+  if (id === "") throw new UsageError("-id is empty");
+  const client = await clientFrom(flags, env);
+  let payload: Uint8Array;
+  if (flags.has("file")) {
+    if (rest.length > 0) throw new UsageError("give the payload as an argument or -file, not both");
+    try {
+      payload = new Uint8Array(await readFile(flags.get("file")!));
+    } catch (e) {
+      throw new UsageError(`-file: ${(e as Error).message}`);
+    }
+  } else if (rest.length === 1 && rest[0] !== "-") {
+    payload = new TextEncoder().encode(rest[0]!);
+  } else {
+    payload = await readStdin();
+  }
+  const res = await client.send(to, payload, { id, signal: AbortSignal.timeout(Math.max(timeoutMs, 1)) });
+  await writeLine(JSON.stringify({ id: res.id, deliveries: res.deliveries.map((d) => ({ device: d.device, seq: d.seq })) }));
+  return 0;
+}
+
+async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const { flags, rest } = parseFlags(args, [...COMMON, "cursor-file", "wait", "count"]);
+  if (rest.length > 0) throw new UsageError(`listen takes no arguments, got ${JSON.stringify(rest[0])}`);
+  const wait = wholeNumber("wait", flags.get("wait") ?? "20", 1);
+  const count = wholeNumber("count", flags.get("count") ?? "0", 0);
+  const client = await clientFrom(flags, env);
+  const cursorStore = flags.has("cursor-file") ? new FileCursorStore(flags.get("cursor-file")!) : new MemoryCursorStore();
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  let handled = 0;
+  await client.listen(
+    async (e: Envelope) => {
+      await writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: encodeBase64(e.payload) }));
+      // Stopping here still lets listen persist this envelope's cursor:
+      // it checks the signal only before the next one.
+      if (count > 0 && ++handled >= count) stop.abort();
+    },
+    { cursorStore, signal: stop.signal, wait },
+  );
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd, ...args] = argv;
+  try {
+    switch (cmd) {
+      case "send":
+        return await send(args, process.env);
+      case "listen":
+        return await listen(args, process.env);
+      case "-h":
+      case "-help":
+      case "--help":
+      case "help":
+        process.stderr.write(USAGE + "\n");
+        return 0;
+    }
+    throw new UsageError(cmd === undefined ? "no command" : `unknown command ${JSON.stringify(cmd)}`);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      if (e.message) process.stderr.write(`relay-client: ${e.message}\n`);
+      process.stderr.write(USAGE + "\n");
+      return e.message ? 2 : 0;
+    }
+    process.stderr.write(`relay-client: ${e instanceof Error ? e.message : String(e)}\n`);
+    return 1;
+  }
+}
+
+process.exit(await main(process.argv.slice(2)));

@@ -1,0 +1,325 @@
+import { Backoff, sleep } from "./backoff.js";
+import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
+import type { CursorStore } from "./cursor.js";
+import { MemoryCursorStore } from "./cursor.js";
+import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
+import type * as wire from "./wire.js";
+
+/** How long listen's polls are held by default, in seconds. */
+export const DEFAULT_WAIT = 20;
+/**
+ * How much longer than its wait a poll may take before it counts as
+ * unanswered: the relay answers within the wait; proxies and a slow
+ * network add to it.
+ */
+const POLL_MARGIN_MS = 15_000;
+
+export interface ClientOptions {
+  /** The relay's base URL: http(s)://host:port, without a path. */
+  url: string;
+  /** The device's bearer token. */
+  token: string;
+  /** The fetch to use; the platform's by default. */
+  fetch?: typeof fetch;
+  /** Bound of each request other than a held poll (default 30 s). */
+  requestTimeoutMs?: number;
+  /** Cap of the doubling pause between retries (default 60 s). */
+  maxBackoffMs?: number;
+  /** Receives one line per retry and recovery; silent by default. */
+  log?: (line: string) => void;
+}
+
+/** An envelope as listen and poll hand it over: the payload decoded. */
+export interface Envelope {
+  seq: number;
+  /** The sender's id for the send. */
+  id: string;
+  /** The sender's device name. */
+  from: string;
+  /** When the relay committed the send: RFC 3339, UTC, six fractional digits. */
+  sent_at: string;
+  payload: Uint8Array;
+}
+
+export interface PollResult {
+  /** The last seq returned or, with none, the device's cursor as the relay knows it. */
+  cursor: number;
+  /** More is waiting: poll again at once. */
+  more: boolean;
+  envelopes: Envelope[];
+}
+
+export interface PollOptions {
+  /**
+   * Acknowledges everything at or below it and asks for what is above.
+   * Always send the persisted cursor; leave it out (undefined) only to
+   * recover from cursor_ahead: then nothing is acknowledged and the answer
+   * starts above the cursor the relay knows.
+   */
+  cursor?: number | undefined;
+  /** How long the relay may hold the poll, in seconds (default 0). */
+  wait?: number;
+  /** The most envelopes to return (default: the relay's). */
+  limit?: number;
+  signal?: AbortSignal;
+}
+
+export interface SendOptions {
+  /** The send's id; a fresh one (newId) by default, the same for every retry. */
+  id?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * Processes one envelope. Resolving means processed (its effects stored,
+ * or processing is idempotent); throwing stops listen with the cursor just
+ * below this envelope, so it is handed over again next time.
+ */
+export type Handler = (envelope: Envelope, signal: AbortSignal) => void | Promise<void>;
+
+export interface ListenOptions {
+  /** Where the cursor is kept (default: in memory, starting at 0). */
+  cursorStore?: CursorStore;
+  /** Aborting it stops listen, which then resolves. */
+  signal?: AbortSignal;
+  /** How long each poll is held, in seconds (default 20; 1 to the relay's FN_MAX_WAIT_SECS). */
+  wait?: number;
+  /** The most envelopes one poll returns (default: the relay's). */
+  limit?: number;
+}
+
+/** A fresh send id: 16 random bytes in base64url. */
+export function newId(): string {
+  return encodeBase64URL(crypto.getRandomValues(new Uint8Array(16)));
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * A client of one relay acting as one device (the token's). It runs in
+ * browsers and in Node 20+ on the platform's fetch; it speaks JSON only.
+ * A device runs one listen at a time: a newer poll ends the older one.
+ */
+export class RelayClient {
+  readonly url: string;
+  private readonly token: string;
+  private readonly fetchFn: typeof fetch;
+  private readonly requestTimeoutMs: number;
+  private readonly maxBackoffMs: number;
+  private readonly log: (line: string) => void;
+
+  constructor(opts: ClientOptions) {
+    this.url = opts.url.replace(/\/+$/, "");
+    this.token = opts.token.trim();
+    // Called through a closure: a browser's fetch refuses another `this`.
+    this.fetchFn = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.maxBackoffMs = opts.maxBackoffMs ?? 60_000;
+    this.log = opts.log ?? (() => {});
+    if (!/^https?:\/\/[^/]/.test(this.url)) throw new Error(`relay client: URL ${JSON.stringify(opts.url)} is not http:// or https://`);
+    if (!this.token) throw new Error("relay client: no token");
+    if (!(this.requestTimeoutMs > 0) || !(this.maxBackoffMs > 0)) throw new Error("relay client: timeouts and backoff must be positive");
+  }
+
+  /** Creates the token's device or updates it; resolves to its cursor as the relay knows it. */
+  async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<wire.RegisterResponse> {
+    return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
+  }
+
+  /**
+   * Exactly one send request. A RelayError says how the relay refused; a
+   * NoAnswerError means whether it stored the send is unknown: send again
+   * with the same id and payload to find out.
+   */
+  async sendOnce(to: string[], payload: Uint8Array | string, id: string, opts: { signal?: AbortSignal } = {}): Promise<wire.SendResponse> {
+    const bytes = typeof payload === "string" ? utf8.encode(payload) : payload;
+    const body: wire.SendRequest = { id, to, payload: encodeBase64(bytes) };
+    return (await this.request<wire.SendResponse>("POST", "/v1/send", body, 202, this.requestTimeoutMs, opts.signal))!;
+  }
+
+  /**
+   * Sends payload to the devices in to, retrying until the relay stores it,
+   * refuses it for good, or the signal aborts. Every attempt carries the
+   * same id and body, so a retry after a lost answer gets the first answer
+   * and nothing is stored twice. Retries no answer, 429, 500 and 503 with
+   * backoff; 400, 401, 403, 404, 409 and 413 reject at once with a
+   * RelayError.
+   */
+  async send(to: string[], payload: Uint8Array | string, opts: SendOptions = {}): Promise<wire.SendResponse> {
+    const id = opts.id ?? newId();
+    const bytes = typeof payload === "string" ? utf8.encode(payload) : payload;
+    const bo = new Backoff(this.maxBackoffMs);
+    let last: unknown; // the last attempt that ended on its own
+    const giveUp = (err: unknown) => {
+      last ??= err;
+      return new Error(`relay client: send ${id}: gave up (last attempt: ${String(last)})`, { cause: last });
+    };
+    for (;;) {
+      let err: unknown;
+      try {
+        return await this.sendOnce(to, bytes, id, opts.signal ? { signal: opts.signal } : {});
+      } catch (e) {
+        err = e;
+      }
+      if (opts.signal?.aborted) throw giveUp(err);
+      if (!retryable(err)) throw err;
+      last = err;
+      const d = bo.next(err);
+      this.log(`send ${id}: ${String(err)}; retrying in ${Math.round(d)} ms`);
+      if (!(await sleep(d, opts.signal))) throw giveUp(err);
+    }
+  }
+
+  /** One poll request; it may take wait seconds plus a margin before it counts as unanswered. */
+  async poll(opts: PollOptions = {}): Promise<PollResult> {
+    const wait = opts.wait ?? 0;
+    let path = `/v1/poll?wait=${wait}`;
+    if (opts.cursor !== undefined) path += `&cursor=${opts.cursor}`;
+    if (opts.limit !== undefined) path += `&limit=${opts.limit}`;
+    const res = (await this.request<wire.PollResponse>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
+    return {
+      cursor: res.cursor,
+      more: res.more,
+      envelopes: res.envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) })),
+    };
+  }
+
+  /** Acknowledges everything at or below cursor, in one request. */
+  async ack(cursor: number, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    const body: wire.AckRequest = { cursor };
+    await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
+  }
+
+  /**
+   * The device's poll loop. It holds polls, hands each envelope to handler
+   * once, in seq order, and saves the cursor after each handler resolved,
+   * before the next envelope. Every poll carries the saved cursor, which
+   * acknowledges it; an answer with more waiting is followed at once by the
+   * next poll.
+   *
+   * It survives no answer, 429, 500 and 503 (polling again with the same
+   * cursor after a backoff that honours Retry-After), and 409 cursor_ahead:
+   * a saved cursor above the device's head, as after the relay's data was
+   * restored from an older backup or the device was removed and registered
+   * again. Then it polls once without a cursor, which acknowledges nothing
+   * and starts above the cursor the relay knows, and goes on from the
+   * cursor that answer names: nothing the relay holds is skipped. Seqs may
+   * then name other envelopes than before; an app that must not process
+   * anything twice tells repeats by from and id.
+   *
+   * Resolves when the signal aborts (also while handler runs); rejects
+   * with the handler's or the cursor store's error, or with a RelayError
+   * that retrying cannot fix (400, 401, 403, 404).
+   */
+  async listen(handler: Handler, opts: ListenOptions = {}): Promise<void> {
+    const wait = opts.wait ?? DEFAULT_WAIT;
+    if (!Number.isInteger(wait) || wait < 1) throw new Error("relay client: listen needs a wait of at least 1 s");
+    const store = opts.cursorStore ?? new MemoryCursorStore();
+    const signal = opts.signal ?? new AbortController().signal;
+    let cursor = await store.load();
+    const bo = new Backoff(this.maxBackoffMs);
+    let recovering = false; // the next poll leaves the cursor out
+    while (!signal.aborted) {
+      let res: PollResult;
+      try {
+        res = await this.poll(
+          recovering
+            ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the cursor right at once
+            : { cursor, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) },
+        );
+      } catch (err) {
+        if (signal.aborted) return;
+        if (err instanceof RelayError && err.cursorAhead && !recovering) {
+          this.log(`listen: cursor ${cursor} is above the device's head ${err.head}; polling without it`);
+          recovering = true;
+          continue;
+        }
+        if (!retryable(err)) throw err;
+        const d = bo.next(err);
+        this.log(`listen: ${String(err)}; polling again in ${Math.round(d)} ms`);
+        if (!(await sleep(d, signal))) return;
+        continue;
+      }
+      bo.reset();
+      for (const e of res.envelopes) {
+        if (signal.aborted) return;
+        // With the cursor sent the relay never answers at or below it; a
+        // recovering answer starts wherever the relay stands.
+        if (e.seq <= cursor && !recovering) continue;
+        try {
+          await handler(e, signal);
+        } catch (err) {
+          if (signal.aborted) return;
+          throw new Error(`relay client: handler at seq ${e.seq}: ${String(err)}`, { cause: err });
+        }
+        cursor = e.seq;
+        await store.save(cursor);
+      }
+      if (recovering) {
+        if (res.envelopes.length === 0 && res.cursor !== cursor) {
+          cursor = res.cursor;
+          await store.save(cursor);
+        }
+        this.log(`listen: recovered at cursor ${cursor}`);
+        recovering = false;
+      }
+      // more, or a hold that ended: poll again at once, with the new cursor.
+    }
+  }
+
+  private async request<T>(method: string, path: string, body: unknown, want: number, timeoutMs: number, signal: AbortSignal | undefined): Promise<T | undefined> {
+    if (signal?.aborted) throw abortError(signal);
+    const ctl = new AbortController();
+    const onAbort = () => ctl.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      ctl.abort();
+    }, timeoutMs);
+    const noAnswer = (e: unknown): Error => {
+      if (signal?.aborted) return abortError(signal);
+      const why = timedOut ? `no answer within ${timeoutMs} ms` : e instanceof Error ? e.message : String(e);
+      return new NoAnswerError(`${method} ${path}: ${why}`, { cause: e });
+    };
+    try {
+      const headers: Record<string, string> = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
+      const init: RequestInit = { method, headers, signal: ctl.signal };
+      if (body !== undefined) {
+        headers["Content-Type"] = "application/json";
+        init.body = JSON.stringify(body);
+      }
+      let resp: Response;
+      let text: string;
+      try {
+        resp = await this.fetchFn(this.url + path, init);
+        text = await resp.text();
+      } catch (e) {
+        throw noAnswer(e);
+      }
+      if (resp.status !== want) throw answerError(resp, text);
+      if (want === 204) return undefined;
+      try {
+        return JSON.parse(text) as T;
+      } catch (e) {
+        throw new NoAnswerError(`${method} ${path}: the answer is not JSON: ${text.slice(0, 100)}`, { cause: e });
+      }
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+  }
+}
+
+function answerError(resp: Response, text: string): RelayError {
+  const ra = (resp.headers.get("Retry-After") ?? "").trim();
+  const retryAfter = /^\d{1,9}$/.test(ra) ? Number(ra) : undefined;
+  let body: Partial<wire.ErrorBody> | undefined;
+  try {
+    const v: unknown = JSON.parse(text);
+    if (v && typeof v === "object" && typeof (v as wire.ErrorBody).error === "string") body = v as wire.ErrorBody;
+  } catch {
+    // Not the relay's body: a proxy's page or the HTTP server's own plain text.
+  }
+  return new RelayError(resp.status, body, retryAfter, text.trim().slice(0, 200));
+}

@@ -1,0 +1,81 @@
+// The bodies of the relay protocol as they travel in JSON
+// (docs/openapi.yaml, components.schemas). Field names are the wire's own.
+// A Go test (clients/typescript_test.go) holds every interface here to its
+// schema: the same properties, and the same ones required.
+//
+// Seqs and cursors are JSON numbers: exact up to 2^53 - 1, far beyond what
+// one device registration reaches.
+
+/** A push target of a device (schema PushTarget). */
+export interface PushTarget {
+  kind: "none" | "unifiedpush" | "apns" | "fcm";
+  endpoint?: string;
+  token?: string;
+}
+
+/** POST /v1/register's body (schema RegisterRequest); every field optional. */
+export interface RegisterRequest {
+  push?: PushTarget;
+  /** Standard base64 of a 32-byte Ed25519 public key. */
+  identity_key?: string;
+}
+
+/** POST /v1/register's 200 (schema RegisterResponse). */
+export interface RegisterResponse {
+  household: string;
+  device: string;
+  cursor: number;
+}
+
+/** POST /v1/send's body (schema SendRequest). */
+export interface SendRequest {
+  id: string;
+  to: string[];
+  /** Standard base64 with padding. */
+  payload: string;
+}
+
+/** One recipient's copy of a send (schema Delivery). */
+export interface Delivery {
+  device: string;
+  seq: number;
+}
+
+/** POST /v1/send's 202 (schema SendResponse). */
+export interface SendResponse {
+  id: string;
+  deliveries: Delivery[];
+}
+
+/** One envelope of a poll's answer (schema Envelope). */
+export interface Envelope {
+  seq: number;
+  id: string;
+  from: string;
+  /** RFC 3339 in UTC with six fractional digits, as the relay wrote it. */
+  sent_at: string;
+  /** Standard base64 with padding. */
+  payload: string;
+}
+
+/** GET /v1/poll's 200 (schema PollResponse). */
+export interface PollResponse {
+  cursor: number;
+  more: boolean;
+  envelopes: Envelope[];
+}
+
+/** POST /v1/ack's body (schema AckRequest). */
+export interface AckRequest {
+  cursor: number;
+}
+
+/** Every error answer's body (schema Error). */
+export interface ErrorBody {
+  error: string;
+  message: string;
+  /** cursor_ahead only: the device's head. */
+  head?: number;
+  /** 429 only: which limit refused. */
+  limit?: string;
+}
