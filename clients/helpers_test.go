@@ -75,30 +75,11 @@ func relayBinary(t *testing.T) string {
 	return relayBin
 }
 
-var (
-	tsOnce sync.Once
-	tsErr  error
-)
-
 // buildTypeScript installs the client's pinned devDependencies (npm ci)
 // and compiles it into typescript/dist, once per test process.
 func buildTypeScript(t *testing.T) {
 	t.Helper()
-	need(t, "node")
-	need(t, "npm")
-	tsOnce.Do(func() {
-		for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}} {
-			cmd := exec.Command("npm", args...)
-			cmd.Dir = tsDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				tsErr = fmt.Errorf("npm %s: %w\n%s", strings.Join(args, " "), err, out)
-				return
-			}
-		}
-	})
-	if tsErr != nil {
-		t.Fatal(tsErr)
-	}
+	servicetest.TypeScriptClient(t)
 }
 
 // relayProc is `relay serve` on SQLite in a temporary directory, on a free

@@ -1,6 +1,11 @@
 package conformance
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/flamenet/relay/internal/servicetest"
+)
 
 // impl is one client implementation, driven through its command line
 // (the send and listen commands of the client CLI contract).
@@ -20,5 +25,11 @@ var impls = []impl{
 		name:    "go",
 		argv:    func(*testing.T) []string { return []string{relayBin} },
 		msgpack: true,
+	},
+	{
+		name: "typescript",
+		argv: func(t *testing.T) []string {
+			return []string{"node", filepath.Join(servicetest.TypeScriptClient(t), "dist", "cli.js")}
+		},
 	},
 }

@@ -1,0 +1,63 @@
+package servicetest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+var (
+	tsOnce sync.Once
+	tsDir  string
+	tsErr  error
+)
+
+// TypeScriptClient installs the TypeScript client's pinned dependencies
+// (npm ci) and compiles it (npm run build), once per test process, and
+// returns its package directory (clients/typescript). A lock file beside
+// it keeps test processes that run at once (go test ./...) from building
+// it together. Without node or npm the test skips, or fails when services
+// are required.
+func TypeScriptClient(tb testing.TB) string {
+	tb.Helper()
+	for _, p := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(p); err != nil {
+			Unavailable(tb, p, err)
+		}
+	}
+	tsOnce.Do(func() { tsDir, tsErr = buildTypeScript() })
+	if tsErr != nil {
+		tb.Fatal(tsErr)
+	}
+	return tsDir
+}
+
+func buildTypeScript() (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "clients", "typescript")
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "relay-typescript-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}} {
+		cmd := exec.Command("npm", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("npm %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return dir, nil
+}
