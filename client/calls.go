@@ -81,7 +81,8 @@ type PollQuery struct {
 }
 
 // Poll makes one poll request. The request may take Wait seconds plus a
-// margin before it counts as unanswered.
+// margin (or the HTTP client's own Timeout) before it counts as
+// unanswered.
 func (c *Client) Poll(ctx context.Context, q PollQuery) (PollResult, error) {
 	path := "/v1/poll?wait=" + strconv.Itoa(q.Wait)
 	if !q.OmitCursor {

@@ -60,9 +60,12 @@ type Client struct {
 // Option changes a Client made by New.
 type Option func(*Client)
 
-// WithHTTPClient uses hc for every request. Its Timeout, if set, must be
-// longer than the poll wait plus a margin, or Listen refuses to start;
-// leave it 0 and the client bounds each request itself.
+// WithHTTPClient uses hc for every request. Many clients, one per token,
+// may share one hc and so its connections; a Client holds nothing else
+// that costs. Leave hc's Timeout 0 and the client bounds each request
+// itself; set it and it bounds every request instead, held polls too, so
+// it must be longer than the poll wait plus a margin, or Listen refuses to
+// start.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithCodec picks JSON (the default) or MessagePack.
@@ -73,7 +76,8 @@ func WithCodec(codec Codec) Option { return func(c *Client) { c.codec = codec } 
 func WithWait(seconds int) Option { return func(c *Client) { c.wait = seconds } }
 
 // WithRequestTimeout bounds each request other than a held poll (default
-// 30 s); past it the request counts as unanswered and Send retries it.
+// 30 s); past it the request counts as unanswered and Send retries it. An
+// HTTP client with a Timeout of its own (WithHTTPClient) overrides it.
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.requestTimeout = d } }
 
 // WithMaxBackoff caps the doubling of the pause between retries (default
@@ -214,10 +218,15 @@ type errorBody struct {
 }
 
 // do makes one request. in is encoded with the client's codec (nil: no
-// body); a 'want' answer is decoded into out (nil: ignored).
+// body); a 'want' answer is decoded into out (nil: ignored). timeout
+// bounds it unless the HTTP client has a Timeout of its own: one bound,
+// the caller's choice, and never a shorter one hidden under it.
 func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, in any, want int, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if c.hc.Timeout == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	var body io.Reader
 	if in != nil {
 		b, err := c.codec.Marshal(in)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/loadtest/report"
 	"github.com/flamenet/relay/token"
 )
@@ -76,12 +77,32 @@ func newHostile(r *runner, cfg *config) *hostile {
 		failures:       map[string]int{},
 		tried:          map[string]bool{},
 	}
-	for _, a := range r.apis {
-		u, _ := url.Parse(a.base)
+	for _, t := range r.targets {
+		u, _ := url.Parse(t)
 		h.targets = append(h.targets, u.Host)
 	}
 	_, h.forger, _ = ed25519.GenerateKey(rand.Reader)
 	return h
+}
+
+// The hostile connections write their requests by hand (rawhttp.go), so
+// they keep the wire shapes of the bodies they write and the errors they
+// read; answers they decode whole are the client package's.
+type sendRequest struct {
+	ID      string   `json:"id" msgpack:"id"`
+	To      []string `json:"to" msgpack:"to"`
+	Payload []byte   `json:"payload" msgpack:"payload"`
+}
+
+type ackRequest struct {
+	Cursor int64 `json:"cursor" msgpack:"cursor"`
+}
+
+type errorBody struct {
+	Error   string `json:"error" msgpack:"error"`
+	Message string `json:"message" msgpack:"message"`
+	Head    int64  `json:"head" msgpack:"head"`
+	Limit   string `json:"limit" msgpack:"limit"`
 }
 
 // hostileKind is one sort of hostile request.
@@ -436,7 +457,7 @@ func (w *hworker) burst(ctx context.Context, kind string) {
 				switch {
 				case resp.StatusCode == http.StatusAccepted:
 					accepted.Add(1)
-					var sr sendResponse
+					var sr client.SendResult
 					if json.Unmarshal(body, &sr) == nil {
 						for _, d := range sr.Deliveries {
 							for old := maxSeq.Load(); d.Seq > old && !maxSeq.CompareAndSwap(old, d.Seq); old = maxSeq.Load() {

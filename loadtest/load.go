@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/loadtest/report"
 	"github.com/flamenet/relay/token"
@@ -164,7 +165,10 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		rep.Config.SourceAddresses = cfg.sourceAddrs
 	}
 
-	r := newRunner(cfg, urls, key, meter, logger)
+	r, err := newRunner(cfg, urls, key, meter, logger)
+	if err != nil {
+		return err
+	}
 	defer r.closeIdle()
 	if st != nil {
 		r.stack = st
@@ -309,8 +313,12 @@ type pair struct {
 	recipient    string
 	senderTok    string
 	recipientTok string
-	sendAPI      *api
-	pollAPI      *api
+	// sendClient speaks as the sender to relay sendRelay (its index among
+	// the targets), pollClient as the recipient to relay pollRelay.
+	sendClient *client.Client
+	pollClient *client.Client
+	sendRelay  int
+	pollRelay  int
 
 	// Owned by the recipient's goroutine while the run lasts, then read by
 	// the checks.
@@ -322,15 +330,16 @@ type pair struct {
 type runner struct {
 	cfg    *config
 	logger *slog.Logger
-	apis   []*api
-	tr     *http.Transport
-	meter  relayMeter
-	pairs  []*pair
-	order  []int  // pair of send i is order[i % len(order)]
-	tag    string // prefix of this run's send ids
-	key    ed25519.PrivateKey
-	held   atomic.Int64
-	peak   atomic.Int64
+	// targets are the relays' base URLs.
+	targets []string
+	tr      *http.Transport
+	meter   relayMeter
+	pairs   []*pair
+	order   []int  // pair of send i is order[i % len(order)]
+	tag     string // prefix of this run's send ids
+	key     ed25519.PrivateKey
+	held    atomic.Int64
+	peak    atomic.Int64
 	// stack is the throwaway stack, which -crash kills and restarts; nil
 	// against a relay this tester did not start.
 	stack *stack
@@ -362,24 +371,27 @@ type counts struct {
 	householdRefused int
 }
 
-func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMeter, logger *slog.Logger) *runner {
+func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMeter, logger *slog.Logger) (*runner, error) {
 	sendLimit := max(1024, cfg.pairs+64)
 	tr := newTransport(cfg.pairs+sendLimit+64, cfg.sourceAddrs)
 	// Never shorter than a held poll plus slack: a client timeout that cuts
-	// a held poll would be counted against the relay.
+	// a held poll would be counted against the relay. With it set, the
+	// client package adds no shorter bound of its own: this one bounds
+	// every request.
 	hc := &http.Client{Transport: tr, Timeout: time.Duration(cfg.wait+30) * time.Second}
 	r := &runner{
-		cfg:    cfg,
-		logger: logger,
-		tr:     tr,
-		meter:  meter,
-		tag:    randomHex(4),
-		key:    key,
-		counts: counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}},
+		cfg:     cfg,
+		logger:  logger,
+		targets: urls,
+		tr:      tr,
+		meter:   meter,
+		tag:     randomHex(4),
+		key:     key,
+		counts:  counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}},
 	}
-	for i, u := range urls {
-		r.apis = append(r.apis, &api{base: u, relay: i, hc: hc, msgpack: cfg.codec == "msgpack"})
-	}
+	// One client per token, all on hc: a client is a few fields, the
+	// connections are hc's.
+	opts := []client.Option{client.WithHTTPClient(hc), client.WithCodec(codec(cfg.codec))}
 	// Each pair is a household of its own, two devices, as a family's
 	// phone and laptop would be: a relay's per-household limits then see
 	// what they would see in the field, not one household sending
@@ -396,7 +408,7 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 		}
 		return tok
 	}
-	n := len(r.apis)
+	n := len(urls)
 	for k := range cfg.pairs {
 		p := &pair{
 			idx:       k,
@@ -404,15 +416,22 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 			recipient: "r" + strconv.Itoa(k),
 			// With several relays the sender sits on another relay than
 			// its recipient, so every wake-up crosses replicas.
-			pollAPI: r.apis[k%n],
-			sendAPI: r.apis[(k+1)%n],
+			pollRelay: k % n,
+			sendRelay: (k + 1) % n,
 		}
 		household := households + strconv.Itoa(k)
 		p.senderTok, p.recipientTok = mint(household, p.sender), mint(household, p.recipient)
+		var err error
+		if p.sendClient, err = client.New(urls[p.sendRelay], p.senderTok, opts...); err != nil {
+			return nil, err
+		}
+		if p.pollClient, err = client.New(urls[p.pollRelay], p.recipientTok, opts...); err != nil {
+			return nil, err
+		}
 		r.pairs = append(r.pairs, p)
 	}
 	r.order = rand.Perm(cfg.pairs)
-	return r
+	return r, nil
 }
 
 func (r *runner) closeIdle() { r.tr.CloseIdleConnections() }
@@ -652,13 +671,13 @@ func (r *runner) registerOne(ctx context.Context, p *pair) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		resp, err := p.pollAPI.register(ctx, p.recipientTok)
+		resp, err := p.pollClient.Register(ctx)
 		if err == nil {
 			p.cursor = resp.Cursor
 			return nil
 		}
-		var se *statusError
-		if !errors.As(err, &se) || !se.refused() || attempt >= 10 {
+		var se *client.Error
+		if !errors.As(err, &se) || !turnedAway(se) || attempt >= 10 {
 			return fmt.Errorf("%s: %w", p.recipient, err)
 		}
 		sleepFor(ctx, max(se.RetryAfter, 100*time.Millisecond))
@@ -668,7 +687,7 @@ func (r *runner) registerOne(ctx context.Context, p *pair) error {
 func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	p := r.pairs[r.sends[i].pair]
 	id := r.sendID(i)
-	req := sendRequest{ID: id, To: []string{p.recipient}, Payload: payload(id, r.cfg.payload)}
+	to, body := []string{p.recipient}, payload(id, r.cfg.payload)
 	started := time.Now()
 	r.mu.Lock()
 	rec := &r.sends[i]
@@ -684,15 +703,15 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	// so that one the relay committed just before it died is answered, not
 	// left in doubt.
 	careful := len(r.cfg.crashes) > 0
-	var resp sendResponse
+	var resp client.SendResult
 	var err error
 	from := started
 	for attempt := 0; ; attempt++ {
-		resp, err = p.sendAPI.send(ctx, p.senderTok, req)
+		resp, err = p.sendClient.SendOnce(ctx, id, to, body)
 		if err == nil || ctx.Err() != nil || !careful || !retryable(err) || time.Now().After(r.giveUp) {
 			break
 		}
-		r.failure("send", p.sendAPI.relay, err, from, time.Now())
+		r.failure("send", p.sendRelay, err, from, time.Now())
 		sleepFor(ctx, backoff(attempt, err))
 		from = time.Now()
 	}
@@ -701,7 +720,7 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rec.answered = answered
-	var se *statusError
+	var se *client.Error
 	switch {
 	case err == nil:
 		rec.outcome = accepted
@@ -720,15 +739,15 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 		}
 	case ctx.Err() != nil:
 		rec.outcome = unknown
-	case errors.As(err, &se) && se.refused():
+	case errors.As(err, &se) && turnedAway(se):
 		rec.outcome = refused
-		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
+		r.failureLocked("send", p.sendRelay, err, from, answered)
 	case errors.As(err, &se):
 		rec.outcome = failed
-		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
+		r.failureLocked("send", p.sendRelay, err, from, answered)
 	default:
 		rec.outcome = unknown
-		r.failureLocked("send", p.sendAPI.relay, err, from, answered)
+		r.failureLocked("send", p.sendRelay, err, from, answered)
 	}
 }
 
@@ -738,7 +757,7 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 func backoff(attempt int, err error) time.Duration {
 	d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
 	d = d/2 + rand.N(d/2+1)
-	var se *statusError
+	var se *client.Error
 	if errors.As(err, &se) {
 		d = max(d, se.RetryAfter)
 	}
@@ -766,12 +785,11 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 			break
 		}
 	}
-	cursor := p.cursor
-	if r.cfg.ackMode == "explicit" {
-		cursor = -1
-	}
+	// With explicit acks the poll leaves the cursor out, so the relay
+	// answers from the cursor it has stored.
+	q := client.PollQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit", Wait: wait}
 	from := time.Now()
-	resp, err := p.pollAPI.poll(ctx, p.recipientTok, cursor, wait)
+	resp, err := p.pollClient.Poll(ctx, q)
 	r.held.Add(-1)
 	at := time.Now()
 	if err == nil {
@@ -784,12 +802,12 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	r.failure("poll", p.pollAPI.relay, err, from, at)
-	var se *statusError
+	r.failure("poll", p.pollRelay, err, from, at)
+	var se *client.Error
 	switch {
-	case errors.As(err, &se) && se.refused():
+	case errors.As(err, &se) && turnedAway(se):
 		sleepFor(ctx, max(se.RetryAfter, 100*time.Millisecond))
-	case errors.As(err, &se) && se.Code == "cursor_ahead":
+	case errors.As(err, &se) && se.CursorAhead():
 		p.cursor = se.Head
 	case errors.As(err, &se):
 		sleepFor(ctx, time.Second) // a faulty relay must not be hammered
@@ -804,7 +822,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		from := time.Now()
-		err := p.pollAPI.ack(ctx, p.recipientTok, cursor)
+		err := p.pollClient.Ack(ctx, cursor)
 		if err == nil {
 			r.mu.Lock()
 			r.acked = append(r.acked, time.Now())
@@ -814,7 +832,7 @@ func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.failure("ack", p.pollAPI.relay, err, from, time.Now())
+		r.failure("ack", p.pollRelay, err, from, time.Now())
 		if !retryable(err) {
 			return
 		}
@@ -832,12 +850,12 @@ func (r *runner) failure(op string, relay int, err error, from, to time.Time) {
 }
 
 func (r *runner) failureLocked(op string, relay int, err error, from, to time.Time) {
-	var se *statusError
+	var se *client.Error
 	switch {
 	case r.inCrashWindow(relay, from, to):
 		r.counts.retried[errKind(op, err)]++
-	case errors.As(err, &se) && se.refused():
-		r.counts.refused[op+" "+se.kind()]++
+	case errors.As(err, &se) && turnedAway(se):
+		r.counts.refused[op+" "+kind(se)]++
 		if op == "send" && se.Limit == "household_send_rate" {
 			r.counts.householdRefused++
 		}
@@ -848,7 +866,7 @@ func (r *runner) failureLocked(op string, relay int, err error, from, to time.Ti
 
 // record keeps what a poll returned. Only the recipient's goroutine calls
 // it, so p needs no lock; the shared tallies do.
-func (r *runner) record(p *pair, resp pollResponse, at time.Time) {
+func (r *runner) record(p *pair, resp client.PollResult, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range resp.Envelopes {

@@ -11,7 +11,10 @@ import (
 func testRunner(t *testing.T, urls []string, pairs int) *runner {
 	t.Helper()
 	cfg := &config{pairs: pairs, rate: 10, duration: time.Second, wait: 2, payload: 64, codec: "json", drain: time.Second}
-	r := newRunner(cfg, urls, ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := newRunner(cfg, urls, ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(r.closeIdle)
 	return r
 }
@@ -22,17 +25,17 @@ func TestPairsCrossReplicas(t *testing.T) {
 	r := testRunner(t, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, 10)
 	held := map[string]int{}
 	for _, p := range r.pairs {
-		if p.sendAPI == p.pollAPI {
-			t.Errorf("pair %d sends and polls on %s", p.idx, p.pollAPI.base)
+		if p.sendRelay == p.pollRelay {
+			t.Errorf("pair %d sends and polls on %s", p.idx, r.targets[p.pollRelay])
 		}
-		held[p.pollAPI.base]++
+		held[r.targets[p.pollRelay]]++
 	}
 	if held["http://127.0.0.1:1"] != 5 || held["http://127.0.0.1:2"] != 5 {
 		t.Errorf("polls per relay = %v", held)
 	}
 	one := testRunner(t, []string{"http://127.0.0.1:1"}, 3)
 	for _, p := range one.pairs {
-		if p.sendAPI != p.pollAPI {
+		if p.sendRelay != p.pollRelay {
 			t.Errorf("one relay: pair %d spread over two", p.idx)
 		}
 	}
