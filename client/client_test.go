@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,5 +449,54 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := client.New(tt.url, tt.tok); err == nil {
 			t.Errorf("New(%q, %q) accepted", tt.url, tt.tok)
 		}
+	}
+}
+
+// countingTransport counts the polls that pass through it.
+type countingTransport struct{ polls atomic.Int64 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/v1/poll" {
+		c.polls.Add(1)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestTwoListenersDoNotSpin: two copies of an app listening as one device
+// supersede each other's held poll; each waits a moment after a held poll
+// that ended empty at once, so together they make a few polls a second,
+// not thousands, and both still get what is sent.
+func TestTwoListenersDoNotSpin(t *testing.T) {
+	r := newRelay(t, nil)
+	counter := &countingTransport{}
+	hc := &http.Client{Transport: counter}
+	phone := r.token("h", "phone")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var handled atomic.Int64
+	for range 2 {
+		c := newClient(t, r.URL, phone, client.WithHTTPClient(hc))
+		wg.Go(func() {
+			_ = c.Listen(ctx, &client.MemoryCursor{}, func(context.Context, client.Envelope) error {
+				handled.Add(1)
+				return nil
+			})
+		})
+	}
+	laptop := newClient(t, r.URL, r.token("h", "laptop"))
+	deadline := time.Now().Add(2 * time.Second)
+	for handled.Load() == 0 && time.Now().Before(deadline) {
+		if _, err := laptop.Send(ctx, client.NewID(), []string{"phone"}, []byte("x")); err != nil && ctx.Err() == nil {
+			t.Logf("send: %v", err) // the phone registers on its first poll
+		}
+		time.Sleep(200 * time.Millisecond) // a send every 200 ms until one is handled
+	}
+	wg.Wait()
+	if n := counter.polls.Load(); n > 20 {
+		t.Errorf("two listeners of one device made %d polls in 3 s: they spin", n)
+	}
+	if handled.Load() == 0 {
+		t.Error("no envelope reached either listener")
 	}
 }

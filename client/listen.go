@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -54,6 +55,7 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			// Not held, so that the cursor is put right at once.
 			q = PollQuery{OmitCursor: true}
 		}
+		started := time.Now()
 		res, err := c.Poll(ctx, q)
 		if ctx.Err() != nil {
 			return nil
@@ -76,6 +78,15 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			continue
 		}
 		bo.reset()
+		if !recovering && len(res.Envelopes) == 0 && !res.More && time.Since(started) < spinFloor(c.wait) {
+			// A held poll that ends empty at once was most likely
+			// superseded by another poller of this device (a second copy
+			// of the app): polling straight back would supersede that one
+			// in turn, and the two would spin. Wait a little first.
+			if sleep(ctx, time.Second+rand.N(time.Second/2)) != nil {
+				return nil
+			}
+		}
 		for _, e := range res.Envelopes {
 			if ctx.Err() != nil {
 				// Stopped: hand nothing more over.
@@ -108,4 +119,11 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			recovering = false
 		}
 	}
+}
+
+// spinFloor is how soon an empty answer to a poll held for wait seconds
+// counts as "at once": well before the relay's own early answer, which
+// comes in the last tenth of the wait.
+func spinFloor(wait int) time.Duration {
+	return min(time.Second, time.Duration(wait)*time.Second/2)
 }

@@ -165,7 +165,9 @@ func (r *relayProc) token(t *testing.T, household, device string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, r.bin, "token", "-key", r.seed, "-household", household, "-device", device, "-ttl", "1h").Output()
+	cmd := exec.CommandContext(ctx, r.bin, "token", "-household", household, "-device", device, "-ttl", "1h")
+	cmd.Env = append(cleanEnv(), "FN_ISSUER_PRIVATE_KEY="+r.seed) // never on a command line
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("relay token: %v", err)
 	}

@@ -221,6 +221,7 @@ export class RelayClient {
     let recovering = false; // the next poll leaves the cursor out
     while (!signal.aborted) {
       let res: PollResult;
+      const started = Date.now();
       try {
         res = await this.poll(
           recovering
@@ -241,6 +242,12 @@ export class RelayClient {
         continue;
       }
       bo.reset();
+      if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
+        // A held poll that ends empty at once was most likely superseded by
+        // another poller of this device (a second tab): polling straight
+        // back would supersede that one in turn, and the two would spin.
+        if (!(await sleep(1000 + Math.random() * 500, signal))) return;
+      }
       for (const e of res.envelopes) {
         if (signal.aborted) return;
         // With the cursor sent the relay never answers at or below it; a

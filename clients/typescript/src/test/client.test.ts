@@ -241,6 +241,26 @@ describe("listen", () => {
     assert.ok(Date.now() - start < 5000, "the held poll was not woken");
   });
 
+  test("two listeners of one device do not spin superseding each other", async () => {
+    const hh = household();
+    const rec = recording();
+    const laptop = await device(hh, "laptop");
+    const stop = new AbortController();
+    let handled = 0;
+    const listeners = [0, 1].map(async () => {
+      const phone = await device(hh, "phone", { fetch: rec.fetch });
+      return phone.listen(() => void handled++, { signal: stop.signal, wait: 20 });
+    });
+    await eventually("the phone registered by its first poll", () => rec.calls.length >= 1);
+    await new Promise((r) => setTimeout(r, 3000));
+    await laptop.send(["phone"], "x");
+    await eventually("an envelope handled", () => handled > 0);
+    stop.abort();
+    await Promise.all(listeners);
+    const polls = rec.calls.filter((c) => new URL(c.url).pathname === "/v1/poll").length;
+    assert.ok(polls <= 20, `two listeners of one device made ${polls} polls in about 3 s: they spin`);
+  });
+
   test("recovers from cursor_ahead by polling once without the cursor, losing nothing", async () => {
     const hh = household();
     const rec = recording();

@@ -95,7 +95,9 @@ export async function startRelay(env: Record<string, string> = {}): Promise<Rela
   return {
     url,
     async token(hh, device, scope = "device") {
-      return (await run(bin, ["token", "-key", seed, "-household", hh, "-device", device, "-scope", scope, "-ttl", "1h"])).stdout.trim();
+      // The private key through the environment: never on a command line.
+      const env = { ...process.env, FN_ISSUER_PRIVATE_KEY: seed, FN_ISSUER_KEY_FILE: "" };
+      return (await run(bin, ["token", "-household", hh, "-device", device, "-scope", scope, "-ttl", "1h"], { env })).stdout.trim();
     },
     async stop() {
       await stopProcess(child);
