@@ -1,9 +1,17 @@
 package deploy
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 type dashboardPanel struct {
@@ -147,5 +155,34 @@ func labelValuesMetric(def string) string {
 func TestDashboardShape(t *testing.T) {
 	if qs := dashboardQueries(t); len(qs) < 20 {
 		t.Fatalf("%d queries", len(qs))
+	}
+}
+
+// TestDashboardQueriesParse gives every panel's query, with Grafana's
+// variables as an import would fill them, to Prometheus' own parser
+// (promtool check rules, each query a recording rule), so that a query
+// Grafana would show as an error fails here.
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool := tool(t, "promtool", "prometheus")
+	fill := strings.NewReplacer("$__rate_interval", "1m", "$job", "relay", "$instance", ".*", "$__all", ".*")
+	var rules []map[string]string
+	for i, q := range dashboardQueries(t) {
+		if strings.HasPrefix(q.panel, "variable ") {
+			continue // label_values(...) is Grafana's, not PromQL; its selector is checked below
+		}
+		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": fill.Replace(q.expr)})
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard.rules.yaml")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the dashboard's %d queries: %v\n%s", len(rules), err, out)
 	}
 }
