@@ -36,9 +36,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	relayBin = filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", relayBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the relay: %v\n%s", err, out)
+	if relayBin, err = servicetest.BuildRelay(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

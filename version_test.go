@@ -6,17 +6,18 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // TestVersion: a binary stamped as scripts/release.sh stamps it says its
 // version and commit in `relay version` and in fn_build_info; an unstamped
 // one says devel rather than nothing.
 func TestVersion(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "relay")
 	const ver, rev = "v9.8.7-test", "0123456789abcdef0123456789abcdef01234567"
-	build := exec.Command("go", "build", "-ldflags", "-X main.version="+ver+" -X main.revision="+rev, "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := servicetest.BuildRelay(t.TempDir(), "-ldflags", "-X main.version="+ver+" -X main.revision="+rev)
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "version").Output()
 	if want := "relay " + ver + " (rev 0123456789ab) " + runtime.Version() + "\n"; err != nil || string(out) != want {

@@ -60,14 +60,7 @@ var (
 func relayBinary(t *testing.T) string {
 	t.Helper()
 	relayOnce.Do(func() {
-		bin := filepath.Join(scratch, "relay")
-		cmd := exec.Command("go", "build", "-o", bin, ".")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			relayErr = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		relayBin = bin
+		relayBin, relayErr = servicetest.BuildRelay(scratch)
 	})
 	if relayErr != nil {
 		t.Fatal(relayErr)

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/token"
 )
 
@@ -41,9 +42,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	relayBin = filepath.Join(dir, "relay")
-	if out, err := exec.Command("go", "build", "-o", relayBin, "github.com/flamenet/relay").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the relay: %v\n%s", err, out)
+	if relayBin, err = servicetest.BuildRelay(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -63,24 +63,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// syncBuffer is a buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // relayProc is the relay binary serving on SQLite in a directory of the
 // test's, on a fixed loopback port so that it can be restarted in place.
 type relayProc struct {
@@ -92,7 +74,7 @@ type relayProc struct {
 	key     ed25519.PrivateKey
 	cmd     *exec.Cmd
 	done    chan error
-	logs    *syncBuffer
+	logs    *servicetest.Buffer
 }
 
 func freeAddr(t *testing.T) string {
@@ -112,7 +94,7 @@ func startRelay(t *testing.T, vars ...string) *relayProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relayProc{t: t, dir: t.TempDir(), addr: freeAddr(t), metrics: freeAddr(t), key: key, logs: &syncBuffer{}}
+	r := &relayProc{t: t, dir: t.TempDir(), addr: freeAddr(t), metrics: freeAddr(t), key: key, logs: &servicetest.Buffer{}}
 	r.env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"FN_LISTEN=" + r.addr,
@@ -307,7 +289,7 @@ type listener struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	done   chan error
-	stderr *syncBuffer
+	stderr *servicetest.Buffer
 
 	mu    sync.Mutex
 	lines []line
@@ -328,7 +310,7 @@ func (im impl) listenArgv(t *testing.T, argv []string) *listener {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = cliEnv()
-	l := &listener{t: t, cmd: cmd, done: make(chan error, 1), stderr: &syncBuffer{}}
+	l := &listener{t: t, cmd: cmd, done: make(chan error, 1), stderr: &servicetest.Buffer{}}
 	cmd.Stderr = l.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

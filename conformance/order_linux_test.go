@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,7 +37,7 @@ func TestCursorAfterLine(t *testing.T) {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = cliEnv()
 		cmd.Stdout = wr
-		var stderr syncBuffer
+		var stderr servicetest.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -147,12 +147,7 @@ func relayFamilies(t *testing.T) map[string]*family {
 	t.Helper()
 	db := servicetest.PostgresDatabase(t)
 	rds := servicetest.StartRedis(t)
-	bin := filepath.Join(t.TempDir(), "relay")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the relay: %v\n%s", err, out)
-	}
+	bin := servicetest.Relay(t)
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)

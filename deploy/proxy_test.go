@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -22,7 +21,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,7 +73,7 @@ func TestProxiesInFront(t *testing.T) {
 	if len(bins) == 0 {
 		t.Skip("neither caddy nor nginx is installed (apt-get install caddy nginx)")
 	}
-	relayBin := buildRelay(t)
+	relayBin := servicetest.Relay(t)
 	for _, p := range frontProxies {
 		t.Run(p.name, func(t *testing.T) {
 			if bins[p.name] == "" {
@@ -333,11 +331,11 @@ func stopAtEnd(t *testing.T, cmd *exec.Cmd, name string) {
 // relayProc is the relay binary serving on a loopback port.
 type relayProc struct {
 	bin, dir, addr, metrics string
-	log                     *lockedBuffer
+	log                     *servicetest.Buffer
 }
 
 func startRelay(t *testing.T, bin, dir string) *relayProc {
-	r := &relayProc{bin: bin, dir: dir, log: &lockedBuffer{}}
+	r := &relayProc{bin: bin, dir: dir, log: &servicetest.Buffer{}}
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = []string{
 		"FN_LISTEN=127.0.0.1:0",
@@ -446,17 +444,6 @@ func do(t *testing.T, c *http.Client, method, url, tok, body string, h http.Head
 	return reply{status: resp.StatusCode, body: b}
 }
 
-// buildRelay builds the relay binary into the test's directory.
-func buildRelay(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "relay")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the relay: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir and
 // returns their paths and a pool that trusts the certificate.
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
@@ -517,23 +504,4 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// lockedBuffer is an output sink safe for a process's writer and the
-// test's reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // concurrency wraps a queue's provider and counts, from the worker's side,
@@ -121,7 +123,7 @@ func TestHouseholdQueueShare(t *testing.T) {
 	hang := newUPFake(t, nil)
 	hang.gate = make(chan struct{})
 	healthy := newUPFake(t, nil)
-	var logs syncBuffer
+	var logs servicetest.Buffer
 	q := newQueue(t, Config{Workers: 8, QueueSize: size, HouseholdQueue: share, HouseholdInFlight: cap,
 		AllowPrivate: true, Timeout: time.Minute, AttemptTimeout: time.Minute, ResponseHeaderTimeout: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // closedAddr is host:port where nothing listens (connection refused).
@@ -98,7 +100,7 @@ func TestLogsNameNoTarget(t *testing.T) {
 		{"fcm tls", KindFCM, "SECRET-fcm-tls", Config{FCM: fcmCfg(fcm503, untrusted.URL)}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs servicetest.Buffer
 			cfg := tc.cfg
 			cfg.Workers, cfg.AllowPrivate = 1, true
 			cfg.MaxAttempts, cfg.RetryBase = 2, 10*time.Millisecond

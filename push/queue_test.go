@@ -1,15 +1,14 @@
 package push
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -244,27 +243,9 @@ func TestUnconfiguredKindDropped(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the workers and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Drops are logged as a running total, not a line each.
 func TestDropLogIsRateLimited(t *testing.T) {
-	var logs syncBuffer
+	var logs servicetest.Buffer
 	fake := newUPFake(t, nil)
 	fake.gate = make(chan struct{})
 	q := newQueue(t, Config{Workers: 1, QueueSize: 1, AllowPrivate: true,

@@ -16,14 +16,15 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/token"
 )
 
 // accessHarness is a relay whose log is JSON lines in a buffer.
-func accessHarness(t *testing.T, mutate func(*Config)) (*harness, *lockedBuffer) {
+func accessHarness(t *testing.T, mutate func(*Config)) (*harness, *servicetest.Buffer) {
 	t.Helper()
-	log := &lockedBuffer{}
+	log := &servicetest.Buffer{}
 	base := newHarness(t, nil)
 	h := newHarnessWith(t, Deps{Store: base.db, Hub: newLocalHub(), Logger: slog.New(slog.NewJSONHandler(log, nil))}, mutate)
 	h.db = base.db
@@ -31,7 +32,7 @@ func accessHarness(t *testing.T, mutate func(*Config)) (*harness, *lockedBuffer)
 }
 
 // accessLines are the log's access lines, in order.
-func accessLines(t *testing.T, log *lockedBuffer) []map[string]any {
+func accessLines(t *testing.T, log *servicetest.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for line := range strings.Lines(log.String()) {
@@ -47,7 +48,7 @@ func accessLines(t *testing.T, log *lockedBuffer) []map[string]any {
 }
 
 // waitLine waits for the access line that match accepts and returns it.
-func waitLine(t *testing.T, log *lockedBuffer, match func(map[string]any) bool) map[string]any {
+func waitLine(t *testing.T, log *servicetest.Buffer, match func(map[string]any) bool) map[string]any {
 	t.Helper()
 	var found map[string]any
 	eventually(t, "an access log line", func() bool {

@@ -275,7 +275,7 @@ func TestHouseholdPendingBytes(t *testing.T) {
 // TestRefusedTokensDoNotFloodTheLog: thousands of bad tokens write a
 // bounded number of log lines and are all counted.
 func TestRefusedTokensDoNotFloodTheLog(t *testing.T) {
-	var log lockedBuffer
+	var log servicetest.Buffer
 	base := newHarness(t, nil)
 	h := newHarnessWith(t, Deps{Store: base.db, Hub: newLocalHub(), Logger: newTestLogger(&log)}, nil)
 	const n = 2000
@@ -298,24 +298,6 @@ func TestRefusedTokensDoNotFloodTheLog(t *testing.T) {
 	if got := testutil.ToFloat64(h.srv.metrics.tokensRefused.WithLabelValues("malformed")); got != n {
 		t.Fatalf("fn_tokens_refused_total{reason=malformed} = %v, want %d", got, n)
 	}
-}
-
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func newTestLogger(w io.Writer) *slog.Logger {

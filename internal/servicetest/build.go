@@ -61,3 +61,24 @@ func buildTypeScript() (string, error) {
 	}
 	return dir, nil
 }
+
+// BuildRelay builds the relay command into dir, with extra go build flags
+// (-ldflags ...), and returns the binary's path.
+func BuildRelay(dir string, flags ...string) (string, error) {
+	bin := filepath.Join(dir, "relay")
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/flamenet/relay")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Relay builds the relay command into the test's own directory.
+func Relay(tb testing.TB) string {
+	tb.Helper()
+	bin, err := BuildRelay(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
