@@ -30,20 +30,7 @@ import (
 
 var relayBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "relay-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if relayBin, err = servicetest.BuildRelay(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(servicetest.RunWithRelay(m, &relayBin)) }
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }

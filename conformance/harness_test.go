@@ -36,20 +36,7 @@ import (
 // relayBin is the relay binary, built once; it is also the Go client's CLI.
 var relayBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "conformance")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if relayBin, err = servicetest.BuildRelay(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(servicetest.RunWithRelay(m, &relayBin)) }
 
 // waitFor polls cond until it holds, failing the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

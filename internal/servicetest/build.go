@@ -82,3 +82,19 @@ func Relay(tb testing.TB) string {
 	}
 	return bin
 }
+
+// RunWithRelay builds the relay into a directory of its own, sets *bin to
+// it, runs the tests and removes the directory: a TestMain for packages
+// whose tests run the binary (os.Exit(servicetest.RunWithRelay(m, &bin))).
+func RunWithRelay(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "relay-bin")
+	if err == nil {
+		*bin, err = BuildRelay(dir)
+		defer os.RemoveAll(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
