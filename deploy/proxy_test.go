@@ -20,11 +20,13 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -504,4 +506,79 @@ func eventuallyWithin(t *testing.T, d time.Duration, what string, cond func() bo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// The samples as parsed files, checked with the others (TestDeployFiles):
+// a held poll is silent for up to FN_MAX_WAIT_SECS, so the proxies in front
+// wait longer, buffer nothing and reuse their connections.
+func init() { checks = append(checks, checkProxySamples) }
+
+func loadProxySamples(t tree, read func(string) string) {
+	t[nginxSample] = directives(read(nginxSample))
+	// Caddy's {$NAME:default} is read as its default, {$NAME} as empty.
+	t[caddySample] = directives(regexp.MustCompile(`\{\$\w+(?::([^}]*))?\}`).ReplaceAllString(read(caddySample), "$1"))
+}
+
+// directives reads a block configuration (nginx, Caddy): each directive's
+// arguments, a list per name in file order, blocks flattened.
+func directives(text string) map[string]any {
+	out := map[string]any{}
+	for l := range strings.Lines(text) {
+		l, _, _ = strings.Cut(l, "#")
+		for stmt := range strings.FieldsFuncSeq(l, func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
+			if f := strings.Fields(stmt); len(f) > 0 {
+				out[f[0]] = append(orList(out[f[0]]), strings.Join(f[1:], " "))
+			}
+		}
+	}
+	return out
+}
+
+func checkProxySamples(t tree, _ map[string]config.Config, p *problems) {
+	def := config.Default()
+	least, port := def.MaxWait+waitMargin, port(def)
+	has := func(file, name, args string) bool { return slices.Contains(strs(t.get(file, name)), args) }
+	for _, file := range []string{nginxSample, caddySample} {
+		for _, name := range []string{"proxy_read_timeout", "response_header_timeout"} {
+			for _, v := range strs(t.get(file, name)) {
+				p.when(duration(v, 1e9) < least, "%s: %s %s, want at least %v: a held poll is silent for up to FN_MAX_WAIT_SECS (%v)", file, name, v, least, def.MaxWait)
+			}
+		}
+		for _, up := range append(strs(t.get(file, "server")), strs(t.get(file, "reverse_proxy"))...) {
+			_, pt, err := net.SplitHostPort(up)
+			p.when(err == nil && pt != port, "%s: upstream %s, want the relay's FN_LISTEN port %s", file, up, port)
+		}
+	}
+	p.when(len(strs(t.get(nginxSample, "proxy_read_timeout"))) == 0, "%s: no proxy_read_timeout; nginx's default (60s) is not above FN_MAX_WAIT_SECS with margin", nginxSample)
+	p.when(!has(nginxSample, "proxy_buffering", "off"), "%s: no proxy_buffering off; a held poll's answer must not wait in a buffer", nginxSample)
+	p.when(!has(nginxSample, "proxy_http_version", "1.1"), "%s: no proxy_http_version 1.1; nginx speaks HTTP/1.0 upstream by default", nginxSample)
+	p.when(!has(nginxSample, "proxy_set_header", `Connection ""`), `%s: no proxy_set_header Connection ""; nginx sends "Connection: close" upstream by default`, nginxSample)
+	p.when(t.get(nginxSample, "keepalive") == nil, "%s: the upstream block has no keepalive; connections to the relay are not reused", nginxSample)
+	p.when(!has(nginxSample, "proxy_set_header", "X-Forwarded-For $remote_addr"), "%s: no proxy_set_header X-Forwarded-For $remote_addr; the access log would name nginx, not the client", nginxSample)
+	p.when(t.get(nginxSample, "ssl_certificate") == nil || slices.ContainsFunc(strs(t.get(nginxSample, "listen")), func(l string) bool { return !strings.Contains(l, "ssl") }),
+		"%s: a listen without ssl, or no ssl_certificate: clients reach the relay through TLS only", nginxSample)
+	p.when(!has(caddySample, "flush_interval", "-1"), "%s: no flush_interval -1; a held poll's answer must not wait in a buffer", caddySample)
+	p.when(len(strs(t.get(caddySample, "response_header_timeout"))) == 0, "%s: no response_header_timeout above FN_MAX_WAIT_SECS", caddySample)
+	p.when(has(caddySample, "keepalive", "off"), "%s: keepalive off; connections to the relay are not reused", caddySample)
+	for name := range orMap(t[caddySample]) {
+		p.when(strings.HasPrefix(name, "buffer_") || name == "response_buffers", "%s: %s; a held poll's answer must not wait in a buffer", caddySample, name)
+	}
+}
+
+// proxyBreakage are TestChecksCatchBreakage's rows for the samples.
+var proxyBreakage = []breakage{
+	{nginxSample, "proxy_read_timeout", []any{"60s"}, "proxy_read_timeout"},
+	{nginxSample, "proxy_read_timeout", []any{"1m"}, "proxy_read_timeout"},
+	{nginxSample, "proxy_read_timeout", nil, "proxy_read_timeout"},
+	{nginxSample, "proxy_buffering", nil, "proxy_buffering"},
+	{nginxSample, "proxy_http_version", nil, "proxy_http_version"},
+	{nginxSample, "proxy_set_header", []any{"Host $host", "X-Forwarded-For $remote_addr"}, "Connection"},
+	{nginxSample, "proxy_set_header", []any{`Connection ""`}, "X-Forwarded-For"},
+	{nginxSample, "keepalive", nil, "keepalive"},
+	{nginxSample, "server", []any{"127.0.0.1:9090"}, "FN_LISTEN"},
+	{nginxSample, "listen", []any{"443"}, "ssl"},
+	{caddySample, "flush_interval", nil, "flush_interval"},
+	{caddySample, "response_header_timeout", []any{"30s"}, "response_header_timeout"},
+	{caddySample, "buffer_responses", []any{""}, "buffer"},
+	{caddySample, "reverse_proxy", []any{"127.0.0.1:9090"}, "FN_LISTEN"},
 }
