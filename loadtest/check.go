@@ -107,6 +107,9 @@ func (res *result) fill(rep *report.Report) {
 	v := check(res.sends, res.pairs, checkOpts{explicitAck: explicit, kills: res.kills})
 	rep.HeldPolls = res.peakHeld
 	rep.HeldPollsEnd = res.heldEnd
+	if res.cfg.herd {
+		rep.HerdHeldMS = float64(res.herdHeld.Microseconds()) / 1000
+	}
 	rep.Steady = res.steady
 	rep.Crashes = res.crashes
 	rep.Hostile = res.hostile

@@ -475,6 +475,7 @@ type result struct {
 	retried     map[string]int
 	relay       report.Relay
 	undelivered int // still owed when the drain ended
+	herdHeld    time.Duration
 
 	householdRefused int
 	crashes          []report.Crash
@@ -514,6 +515,18 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	}
 
 	sched.start = t0.Add(ramp)
+	var herdHeld time.Duration
+	if r.cfg.herd {
+		// A herd is a population in step: every poll started at t0, so
+		// they expire together for the whole run. The sends start once
+		// the population holds, as "N held at R/s" says; the connection
+		// storm that forms it is the restart the -crash runs measure.
+		var ok bool
+		if herdHeld, ok = r.waitHeld(ctx, t0, t0.Add(time.Duration(r.cfg.wait)*time.Second)); !ok {
+			return nil, ctx.Err()
+		}
+		sched.start = t0.Add(herdHeld)
+	}
 	end := sched.start.Add(r.cfg.duration)
 	r.giveUp = end.Add(r.cfg.drain)
 	for i := range r.sends {
@@ -586,7 +599,7 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	drained := time.Now()
 	undelivered := r.owed()
 
-	res := &result{cfg: r.cfg, start: sched.start, end: drained, undelivered: undelivered, heldEnd: heldEnd}
+	res := &result{cfg: r.cfg, start: sched.start, end: drained, undelivered: undelivered, heldEnd: heldEnd, herdHeld: herdHeld}
 	if r.meter != nil {
 		res.relay = r.meter.read(ctx, cpuStart)
 	}
@@ -953,6 +966,24 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 }
 
 // sleepUntil waits for t or ctx; it reports whether t was reached.
+// waitHeld waits until every recipient holds a poll, or until deadline,
+// and says how long after t0 that was. It reports false only when ctx ends.
+func (r *runner) waitHeld(ctx context.Context, t0, deadline time.Time) (time.Duration, bool) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		if int(r.held.Load()) >= len(r.pairs) || now.After(deadline) {
+			return max(0, now.Sub(t0)), true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-tick.C:
+		}
+	}
+}
+
 func sleepUntil(ctx context.Context, t time.Time) bool {
 	return sleepFor(ctx, time.Until(t))
 }

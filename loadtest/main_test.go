@@ -156,6 +156,11 @@ func TestShortRunSQLite(t *testing.T) {
 			if !strings.HasPrefix(line, "ok: ") || strings.Count(line, "\n") != 1 {
 				t.Errorf("summary = %q, want one line starting ok:", line)
 			}
+			// A herd's sends wait for the whole population to hold, and the
+			// report says how long forming it took.
+			if herd := slices.Contains(tc.args, "-herd"); herd != (rep.HerdHeldMS > 0) {
+				t.Errorf("herd %v: herd_held_ms %v", herd, rep.HerdHeldMS)
+			}
 		})
 	}
 }

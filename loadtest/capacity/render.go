@@ -64,7 +64,7 @@ func render(entries []entry) []byte {
 	for _, e := range entries {
 		r := e.r
 		rows = append(rows, []string{
-			runName(e), yesNo(r.Config.Herd), r.Config.Codec, strconv.Itoa(r.Config.PayloadBytes) + " B",
+			runName(e), herd(r), r.Config.Codec, strconv.Itoa(r.Config.PayloadBytes) + " B",
 			strconv.Itoa(r.Config.WaitSeconds) + " s", seconds(r.Config.DurationSeconds), seconds(r.WindowSeconds),
 			count(r.LateSends), byKind(r.Refused), byKind(r.Errors),
 			report.FormatMS(r.LatencyMS.StartedToReturned.P99),
@@ -213,6 +213,19 @@ func rate(v float64, decimals int) string {
 
 func seconds(v float64) string {
 	return strconv.FormatFloat(v, 'f', 1, 64) + " s"
+}
+
+// herd says whether a run was a herd and when its sends began: once the
+// population held (newer reports say how long that took), or, in reports
+// from before that, with the first polls.
+func herd(r *report.Report) string {
+	switch {
+	case !r.Config.Herd:
+		return "no"
+	case r.HerdHeldMS > 0:
+		return "yes, held in " + report.FormatMS(r.HerdHeldMS)
+	}
+	return "yes, sends with the first polls"
 }
 
 func yesNo(b bool) string {
