@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Profiles the relay under a load-test scenario and writes
+# docs/evidence/profile-<name>.txt: the tester's summary line, a CPU profile
+# of the relay taken in the middle of the offered window, and a count of the
+# relay's system calls in a later stretch of it (strace -c, taken apart from
+# the profile because tracing slows the process it traces).
+#
+#   loadtest/profile.sh pg-herd-5000x500 -store postgres -pairs 5000 -rate 500 -herd
+#
+# The flags after the name are the load tester's; -duration defaults to 70s
+# here so that both samples fall well inside the window. Needs what the
+# scenario needs (see scenarios.sh), go tool pprof, and strace for the
+# system calls (without it that part says so). Run it on a quiet machine:
+# the figures are CPU time, and other work on the machine is in them.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+if [[ $# -lt 1 || "$1" == -* ]]; then
+	echo "usage: loadtest/profile.sh NAME [loadtest flags...]" >&2
+	exit 2
+fi
+name=$1
+shift
+out="docs/evidence/profile-$name.txt"
+profile_seconds=20
+strace_seconds=10
+# The profile starts this long after the first send, the strace after it.
+settle=10
+
+work=$(mktemp -d)
+tester=0
+cleanup() {
+	if ((tester > 0)); then
+		kill "$tester" 2>/dev/null || true
+		wait "$tester" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/relay" .
+go build -o "$work/loadtest" ./loadtest
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+pprof_addr="127.0.0.1:$port"
+
+"$work/loadtest" -relay-bin "$work/relay" -relay-env "FN_PPROF_ADDR=$pprof_addr" \
+	-duration 70s -wait 20 "$@" -name "profile-$name" \
+	>"$work/summary" 2>"$work/progress" &
+tester=$!
+
+# The tester logs "sending" when the first send is due.
+until grep -q 'msg=sending' "$work/progress" 2>/dev/null; do
+	if ! kill -0 "$tester" 2>/dev/null; then
+		cat "$work/progress" >&2
+		echo "the load tester stopped before sending" >&2
+		exit 1
+	fi
+	sleep 0.2
+done
+sleep "$settle"
+curl -sf -o "$work/cpu.prof" "http://$pprof_addr/debug/pprof/profile?seconds=$profile_seconds"
+
+strace_out="strace not found: no system call count"
+if command -v strace >/dev/null; then
+	pid=$(pgrep -f "^$work/relay serve" | head -1)
+	timeout -s INT "$strace_seconds" strace -c -f -p "$pid" -o "$work/strace" 2>/dev/null || true
+	strace_out=$(cat "$work/strace")
+fi
+
+wait "$tester" || true
+tester=0
+rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
+
+{
+	echo "# CPU profile and system calls of the relay under load-test scenario $name"
+	echo "#"
+	echo "# commit $(git rev-parse HEAD)$( [[ -n "$(git status --porcelain)" ]] && echo ' (dirty tree)')"
+	echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(uname -sr), $(go env GOVERSION)"
+	echo "# command: loadtest/profile.sh $name $*"
+	echo "# the load tester: $(cat "$work/summary")"
+	echo "# profile: ${profile_seconds}s from ${settle}s after the first send; system calls: the ${strace_seconds}s after that"
+	echo
+	echo "## CPU profile (go tool pprof -top -cum)"
+	go tool pprof -top -cum -nodecount=45 "$work/relay" "$work/cpu.prof" 2>/dev/null
+	echo
+	echo "## System calls (strace -c -f, ${strace_seconds}s at ${rate}/s achieved)"
+	echo "$strace_out"
+	if [[ -s "$work/strace" && -n "$rate" ]]; then
+		echo
+		echo "## System calls per delivered envelope (calls / (${strace_seconds}s x ${rate}/s))"
+		awk -v n="$strace_seconds" -v r="$rate" '
+			BEGIN { n *= r }
+			$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
+				printf "%-16s %6.2f\n", $NF, $4 / n
+			}' "$work/strace"
+	fi
+} >"$out"
+echo "wrote $out" >&2
