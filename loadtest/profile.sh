@@ -28,6 +28,11 @@ strace_seconds=10
 # The profile starts this long after the first send, the strace after it.
 settle=10
 
+commit=$(git rev-parse HEAD)
+if [[ -n "$(git status --porcelain)" ]]; then
+	commit="$commit (dirty tree)"
+fi
+
 work=$(mktemp -d)
 tester=0
 cleanup() {
@@ -75,7 +80,7 @@ rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
 {
 	echo "# CPU profile and system calls of the relay under load-test scenario $name"
 	echo "#"
-	echo "# commit $(git rev-parse HEAD)$( [[ -n "$(git status --porcelain)" ]] && echo ' (dirty tree)')"
+	echo "# commit $commit"
 	echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(uname -sr), $(go env GOVERSION)"
 	echo "# command: loadtest/profile.sh $name $*"
 	echo "# the load tester: $(cat "$work/summary")"
@@ -92,7 +97,7 @@ rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
 		awk -v n="$strace_seconds" -v r="$rate" '
 			BEGIN { n *= r }
 			$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
-				printf "%-16s %6.2f\n", $NF, $4 / n
+				if ($4 / n >= 0.01) printf "%-16s %6.2f\n", $NF, $4 / n
 			}' "$work/strace"
 	fi
 } >"$out"
