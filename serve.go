@@ -21,6 +21,7 @@ import (
 
 	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/internal/fdlimit"
+	"github.com/flamenet/relay/internal/linebuf"
 	"github.com/flamenet/relay/internal/memlimit"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/relay"
@@ -69,6 +70,9 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// accessLogDelay is the longest an access log line waits to be written.
+const accessLogDelay = 100 * time.Millisecond
+
 // relayConfig is what the server takes of the configuration.
 func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay.Config {
 	return relay.Config{
@@ -102,7 +106,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	// The access log's lines reach stderr in batches, at most
+	// accessLogDelay late; any other line first writes those before it,
+	// and the last are written when serve returns.
+	accessOut := linebuf.New(stderr, accessLogDelay, 64<<10)
+	defer accessOut.Close()
+	log := newLogger(cfg, accessOut.Through())
 
 	keys := cfg.IssuerKeys
 	var minted ed25519.PrivateKey
@@ -154,6 +163,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer pq.Close(context.Background()) // a no-op after the drain below
 	srv, err := relay.New(relayConfig(cfg, keys, heldPolls), relay.Deps{
 		Store: st, Hub: hub, Push: pq, Logger: log.With("component", "api"), Metrics: reg,
+		AccessLogger: newLogger(cfg, accessOut).With("component", "api"),
 	})
 	if err != nil {
 		return err

@@ -173,7 +173,9 @@ func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
 		t.Errorf("the 60 s poll through %s answered after %v", p.name, l.took)
 	}
 
-	lines := rl.accessLines(t)
+	// The relay writes access lines in batches, up to 100 ms after the
+	// answer: wait for the two polls' lines.
+	lines := rl.accessLinesOf(t, "/v1/poll", "phone", "tablet")
 	var sawLong, sawWoken bool
 	for _, a := range lines {
 		if a["route"] != "/v1/poll" {
@@ -395,6 +397,26 @@ func (r *relayProc) heldPolls(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// accessLinesOf waits, for up to 5 s, until the relay's access log has a
+// line of route for each of devices, and returns its access lines.
+func (r *relayProc) accessLinesOf(t *testing.T, route string, devices ...string) []map[string]any {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines := r.accessLines(t)
+		seen := map[any]bool{}
+		for _, a := range lines {
+			if a["route"] == route {
+				seen[a["device"]] = true
+			}
+		}
+		missing := slices.ContainsFunc(devices, func(d string) bool { return !seen[d] })
+		if !missing || time.Now().After(deadline) {
+			return lines
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // accessLines are the relay's access log lines.

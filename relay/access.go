@@ -78,7 +78,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.log.Enabled(r.Context(), slog.LevelInfo) {
+		if !s.accessLogs.Enabled(r.Context(), slog.LevelInfo) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -123,7 +123,7 @@ func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) 
 		attrs = append(attrs, slog.String("error", e.code))
 	}
 	attrs = appendSafeQuery(attrs, r.URL.RawQuery)
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	s.accessLogs.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 // refusal reports whether an answer is one that anyone can provoke with

@@ -407,7 +407,8 @@ func BenchmarkAccessLog(b *testing.B) {
 // BenchmarkAccessLine is the line alone: what logAccess costs once a
 // request is answered (JSON to io.Discard).
 func BenchmarkAccessLine(b *testing.B) {
-	s := &Server{cfg: DefaultConfig(), log: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	s := &Server{cfg: DefaultConfig(), log: log, accessLogs: log}
 	req := httptest.NewRequest("GET", "/v1/poll?cursor=12&wait=60", nil)
 	req.RemoteAddr = "127.0.0.1:5000"
 	e := &accessEntry{status: 200, bytes: 44, household: "home", device: "phone", outcome: pollEmpty}

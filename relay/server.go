@@ -43,6 +43,10 @@ type Deps struct {
 	Hub    wake.Hub
 	Push   Pusher // nil: no pushes
 	Logger *slog.Logger
+	// AccessLogger writes the access log's lines; nil: Logger. The binary
+	// gives it a writer that batches lines (internal/linebuf), so that a
+	// request's line is not a system call on its path.
+	AccessLogger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Metrics is where the API registers its series; nil: not exported.
@@ -60,7 +64,9 @@ type Server struct {
 	hub   wake.Hub
 	push  Pusher
 	log   *slog.Logger
-	now   func() time.Time
+	// accessLogs writes the access log (access.go).
+	accessLogs *slog.Logger
+	now        func() time.Time
 
 	positions   *position.Cache
 	corsOrigins corsOrigins
@@ -110,6 +116,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		hub:        deps.Hub,
 		push:       deps.Push,
 		log:        deps.Logger,
+		accessLogs: deps.AccessLogger,
 		now:        deps.Now,
 		inflight:   make(chan struct{}, cfg.SendInflight),
 		limiter:    rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
@@ -120,6 +127,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.accessLogs == nil {
+		s.accessLogs = s.log
 	}
 	s.refusalLines = refusalLines{perSecond: refusalLinesPerSecond, report: func(dropped int) {
 		s.log.Info("requests refused and not logged", "dropped", dropped, "lines_per_second", refusalLinesPerSecond)
