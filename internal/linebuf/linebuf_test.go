@@ -1,13 +1,14 @@
 package linebuf
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // sink records each write it is given, and signals every one.
@@ -100,7 +101,7 @@ func TestThroughKeepsTheOrder(t *testing.T) {
 // detector in CI: every line arrives once, whole, and each writer's lines
 // in its order.
 func TestConcurrentWritesStayWhole(t *testing.T) {
-	var out lockedBuffer
+	var out servicetest.Buffer
 	b := New(&out, time.Millisecond, 256)
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -133,21 +134,4 @@ func TestConcurrentWritesStayWhole(t *testing.T) {
 		}
 		next[w]++
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
