@@ -29,7 +29,9 @@ strace_seconds=10
 settle=10
 
 commit=$(git rev-parse HEAD)
-if [[ -n "$(git status --porcelain)" ]]; then
+# As the load tester does, the evidence and the page rendered from it do
+# not count: they say nothing about what ran.
+if [[ -n "$(git status --porcelain -- . ':(exclude)docs/evidence' ':(exclude)docs/CAPACITY.md')" ]]; then
 	commit="$commit (dirty tree)"
 fi
 
