@@ -145,6 +145,13 @@ func TestJSONLogsOnly(t *testing.T) {
 		"FN_LOG_FORMAT":      "json",
 		"FN_SHUTDOWN_GRACE":  "1500ms",
 	})
+	// The access log's lines are written in batches; the stop that follows
+	// at once must still log them before its own lines.
+	resp, err := http.Get("http://" + p.addr + "/live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	if err, _ := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +159,17 @@ func TestJSONLogsOnly(t *testing.T) {
 		t.Errorf("stdout is not empty with JSON logs: %q", p.out)
 	}
 	msgs := map[string]map[string]any{}
+	var order []string
 	for _, line := range strings.Split(strings.TrimSpace(p.logs()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("not a JSON line: %q", line)
 		}
 		msgs[fmt.Sprint(m["msg"])] = m
+		order = append(order, fmt.Sprint(m["msg"], " ", m["route"]))
+	}
+	if i, j := slices.Index(order, "request /live"), slices.Index(order, "shutting down <nil>"); i < 0 || j < 0 || i > j {
+		t.Errorf("the access line of /live at %d, shutting down at %d: %q", i, j, order)
 	}
 	if g := msgs["shutting down"]["grace"]; g != "1.5s" {
 		t.Errorf("grace logged as %v (%T), want \"1.5s\"", g, g)
