@@ -414,6 +414,17 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 			wakes[i].Envelope = encodeEnvelope(e, d.RemovedAt)
 		}
 	}
+	// Who holds a poll is read before the wake-up: a poll the wake-up
+	// answers may be gone by the time the signal returns, and its device,
+	// which has the envelope, needs no push.
+	var pushes []push.Job
+	if s.push != nil {
+		for i, d := range ds {
+			if !d.Push.Empty() && !s.hub.Held(wakes[i].Key) {
+				pushes = append(pushes, push.Job{Household: household, Device: d.Device, Target: push.Target(d.Push)})
+			}
+		}
+	}
 	// The send is committed: its client hanging up now must not stop the
 	// wake-up, but a stuck hub must not hold the answer for long either.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -423,13 +434,8 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
-	if s.push == nil {
-		return
-	}
-	for i, d := range ds {
-		if !d.Push.Empty() && !s.hub.Held(wakes[i].Key) {
-			s.push.Enqueue(push.Job{Household: household, Device: d.Device, Target: push.Target(d.Push)})
-		}
+	for _, j := range pushes {
+		s.push.Enqueue(j)
 	}
 }
 
