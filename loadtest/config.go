@@ -130,7 +130,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.wait, "wait", 20, "poll wait in seconds")
 	fs.IntVar(&c.payload, "payload", 256, "payload bytes per send")
 	fs.StringVar(&c.codec, "codec", "json", "json or msgpack")
-	fs.BoolVar(&c.herd, "herd", false, "start every recipient's first poll at the same instant, and the sends once all are held")
+	fs.BoolVar(&c.herd, "herd", false, "start every recipient's first poll at the same instant, and the sends once the relays hold them all")
 	fs.Var((*seconds)(&c.drain), "drain", "how long to wait for stragglers after the last send (default wait+10s)")
 	fs.StringVar(&c.out, "out", "", "write the JSON report here")
 	fs.StringVar(&c.name, "name", "", "scenario name in the report (default: -out's base name)")

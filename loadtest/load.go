@@ -117,6 +117,8 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		st, err = bootStack(ctx, stackParams{
 			bin: bin, store: cfg.store, pg: cfg.pg, replicas: cfg.replicas, redis: cfg.redis, wait: cfg.wait,
 			env: cfg.relayEnv, memory: cfg.relayMemory,
+			// A herd waits for the relays to say they hold every poll.
+			metrics: cfg.herd,
 		}, logger)
 		if err != nil {
 			if redis != nil {
@@ -170,8 +172,15 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		return err
 	}
 	defer r.closeIdle()
+	r.heldURLs = cfg.metricsURLs
 	if st != nil {
 		r.stack = st
+		if cfg.herd {
+			r.heldURLs = nil
+			for i := range st.replicas() {
+				r.heldURLs = append(r.heldURLs, st.relay(i).metrics)
+			}
+		}
 	}
 	if redis != nil {
 		defer redis.close()
@@ -340,6 +349,9 @@ type runner struct {
 	key     ed25519.PrivateKey
 	held    atomic.Int64
 	peak    atomic.Int64
+	// heldURLs are the relays' metrics, whose fn_held_polls a herd waits
+	// on; none: the tester's own count.
+	heldURLs []string
 	// stack is the throwaway stack, which -crash kills and restarts; nil
 	// against a relay this tester did not start.
 	stack *stack
@@ -967,13 +979,28 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 
 // sleepUntil waits for t or ctx; it reports whether t was reached.
 // waitHeld waits until every recipient holds a poll, or until deadline,
-// and says how long after t0 that was. It reports false only when ctx ends.
+// and says how long after t0 that was. A poll is held once the tester has
+// sent it and, where the relays' metrics can be read, once the relays'
+// fn_held_polls counts it: a request in flight may not have reached its
+// relay yet. It reports false only when ctx ends.
 func (r *runner) waitHeld(ctx context.Context, t0, deadline time.Time) (time.Duration, bool) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	defer hc.CloseIdleConnections()
+	urls := r.heldURLs
 	for {
 		now := time.Now()
-		if int(r.held.Load()) >= len(r.pairs) || now.After(deadline) {
+		held := int(r.held.Load()) >= len(r.pairs)
+		if held && len(urls) > 0 {
+			n, err := relaysHeld(ctx, hc, urls)
+			if err != nil {
+				r.logger.Warn("the relays' held polls cannot be read; the tester's count decides", "err", err)
+				urls = nil
+			}
+			held = err != nil || n >= len(r.pairs)
+		}
+		if held || now.After(deadline) {
 			return max(0, now.Sub(t0)), true
 		}
 		select {
@@ -982,6 +1009,28 @@ func (r *runner) waitHeld(ctx context.Context, t0, deadline time.Time) (time.Dur
 		case <-tick.C:
 		}
 	}
+}
+
+// relaysHeld is fn_held_polls summed over the relays' metrics.
+func relaysHeld(ctx context.Context, hc *http.Client, urls []string) (int, error) {
+	var n float64
+	for _, u := range urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, fmt.Errorf("scrape %s: %w", u, err)
+		}
+		v, err := parseGauge(io.LimitReader(resp.Body, 16<<20), "fn_held_polls")
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("scrape %s: %w", u, err)
+		}
+		n += v
+	}
+	return int(n), nil
 }
 
 func sleepUntil(ctx context.Context, t time.Time) bool {

@@ -227,6 +227,23 @@ func parseProcessMetrics(r io.Reader) (cpu float64, rss int64, err error) {
 	return cpu, rss, nil
 }
 
+// parseGauge reads the value of an unlabelled series from a Prometheus
+// text exposition.
+func parseGauge(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == name {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no %s in the metrics", name)
+}
+
 func round3(v float64) float64 {
 	return math.Round(v*1000) / 1000
 }

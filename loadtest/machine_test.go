@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -41,6 +43,29 @@ fn_held_polls 3
 	}
 	if _, _, err := parseProcessMetrics(strings.NewReader("fn_held_polls 3\n")); err == nil {
 		t.Error("metrics without process figures accepted")
+	}
+}
+
+// TestRelaysHeld reads fn_held_polls from each relay's metrics and sums
+// them, as a herd does before its sends; a relay without the series is an
+// error, not zero.
+func TestRelaysHeld(t *testing.T) {
+	serve := func(text string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, text)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	a := serve("# TYPE fn_held_polls gauge\nfn_held_polls_limit 100\nfn_held_polls 3\n")
+	b := serve("fn_held_polls 4\n")
+	none := serve("fn_held_polls_limit 100\n")
+	ctx := context.Background()
+	if n, err := relaysHeld(ctx, http.DefaultClient, []string{a, b}); err != nil || n != 7 {
+		t.Errorf("two relays: %d, %v; want 7", n, err)
+	}
+	if _, err := relaysHeld(ctx, http.DefaultClient, []string{a, none}); err == nil {
+		t.Error("a relay without fn_held_polls counted")
 	}
 }
 

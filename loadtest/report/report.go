@@ -89,8 +89,10 @@ type Report struct {
 	// offered window ended.
 	HeldPollsEnd int `json:"held_polls_end,omitempty"`
 	// HerdHeldMS is, under -herd, how long the population took to hold
-	// its polls: from the instant every first poll started until all were
-	// held (or until one wait ran out). The sends start then.
+	// its polls: from the instant every first poll started until the
+	// relays' fn_held_polls counted them all (the tester's own count where
+	// it cannot read the relays' metrics), or until one wait ran out. The
+	// sends start then.
 	HerdHeldMS float64 `json:"herd_held_ms,omitempty"`
 	// Steady is the relay's memory while the population held still.
 	Steady  *Steady  `json:"steady,omitempty"`
