@@ -176,19 +176,31 @@ func selfUsage() report.Process {
 // scrapeProcess reads process_cpu_seconds_total and
 // process_resident_memory_bytes from a Prometheus text endpoint.
 func scrapeProcess(ctx context.Context, hc *http.Client, url string) (cpu float64, rss int64, err error) {
+	err = scrape(ctx, hc, url, func(r io.Reader) (err error) {
+		cpu, rss, err = parseProcessMetrics(r)
+		return err
+	})
+	return cpu, rss, err
+}
+
+// scrape GETs a Prometheus text endpoint and hands its body to parse.
+func scrape(ctx context.Context, hc *http.Client, url string, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("scrape %s: %w", url, err)
+		return fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("scrape %s: status %d", url, resp.StatusCode)
+		return fmt.Errorf("scrape %s: status %d", url, resp.StatusCode)
 	}
-	return parseProcessMetrics(io.LimitReader(resp.Body, 16<<20))
+	if err := parse(io.LimitReader(resp.Body, 16<<20)); err != nil {
+		return fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return nil
 }
 
 func parseProcessMetrics(r io.Reader) (cpu float64, rss int64, err error) {

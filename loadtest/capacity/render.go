@@ -215,17 +215,13 @@ func seconds(v float64) string {
 	return strconv.FormatFloat(v, 'f', 1, 64) + " s"
 }
 
-// herd says whether a run was a herd and when its sends began: once the
-// population held (newer reports say how long that took), or, in reports
-// from before that, with the first polls.
+// herd says whether a run was a herd and, when its report says, how long
+// the population took to hold before the sends began.
 func herd(r *report.Report) string {
-	switch {
-	case !r.Config.Herd:
-		return "no"
-	case r.HerdHeldMS > 0:
+	if r.Config.Herd && r.HerdHeldMS > 0 {
 		return "yes, held in " + report.FormatMS(r.HerdHeldMS)
 	}
-	return "yes, sends with the first polls"
+	return yesNo(r.Config.Herd)
 }
 
 func yesNo(b bool) string {
