@@ -64,6 +64,11 @@ func (c countedStore) RemovedAt(ctx context.Context, household, device string) (
 	return c.Store.RemovedAt(ctx, household, device)
 }
 
+func (c countedStore) Removals(ctx context.Context, limit int) ([]store.Removal, error) {
+	c.count("removals")
+	return c.Store.Removals(ctx, limit)
+}
+
 func (c countedStore) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
 	c.count("report_health")
 	return c.Store.ReportHealth(ctx, r, since)

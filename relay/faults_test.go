@@ -370,6 +370,12 @@ func (s slowStore) State(ctx context.Context, household, device string) (store.D
 	return s.Store.State(ctx, household, device)
 }
 
+// Removals fails: with the list of removals never read, a sender's first
+// request reads its device's removal from the store.
+func (s slowStore) Removals(context.Context, int) ([]store.Removal, error) {
+	return nil, store.ErrUnavailable
+}
+
 func (s slowStore) Send(ctx context.Context, p store.SendParams) (store.SendResult, error) {
 	if err := s.pause(ctx); err != nil {
 		return store.SendResult{}, err

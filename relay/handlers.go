@@ -26,12 +26,20 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 // authed verifies the bearer token, checks the names it carries and that its
 // device was not removed after it was issued, then runs h and turns its
 // error into the protocol's error body.
-func (s *Server) authed(h handlerFunc) http.HandlerFunc {
+func (s *Server) authed(h handlerFunc) http.HandlerFunc { return s.authedOn(h, false) }
+
+// authedHolding is authed for a handler that may hold its goroutine (a
+// poll): the token's signature is checked on a goroutine of its own (see
+// offload), so that the held stack stays small. Other requests check it on
+// their own goroutine, which spares a goroutine and its stack's growth.
+func (s *Server) authedHolding(h handlerFunc) http.HandlerFunc { return s.authedOn(h, true) }
+
+func (s *Server) authedOn(h handlerFunc, holds bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// One store deadline for the whole request, the token's check
 		// included: several store calls must not add up past it.
 		r = r.WithContext(withStoreBudget(r.Context(), s.cfg.StoreTimeout))
-		c, err := s.authenticate(r)
+		c, err := s.authenticate(r, holds)
 		if err == nil {
 			err = h(w, r, c)
 		}
@@ -41,7 +49,7 @@ func (s *Server) authed(h handlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) authenticate(r *http.Request) (*token.Claims, error) {
+func (s *Server) authenticate(r *http.Request, holds bool) (*token.Claims, error) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || len(r.Header.Values("Authorization")) != 1 {
 		return nil, s.refuseToken(r, refusedMissing, nil)
@@ -50,7 +58,16 @@ func (s *Server) authenticate(r *http.Request) (*token.Claims, error) {
 	now := s.now()
 	c, ok := s.verified.get(raw, now)
 	if !ok {
-		v, err := offload(func() (token.Claims, error) { return token.Verify(raw, s.keys, now) })
+		verify := func() (token.Claims, error) { return token.Verify(raw, s.keys, now) }
+		var (
+			v   token.Claims
+			err error
+		)
+		if holds {
+			v, err = offload(verify)
+		} else {
+			v, err = verify()
+		}
 		if err != nil {
 			return nil, s.refuseToken(r, tokenRefusal(err), err)
 		}
@@ -72,12 +89,13 @@ func (s *Server) authenticate(r *http.Request) (*token.Claims, error) {
 }
 
 // removedAt is the token's device's last removal: from memory, which the
-// hub keeps current on every relay, or read from the store on first use
+// hub keeps current on every relay (what is known of the device, or the
+// list of every removal), or, while neither knows, read from the store
 // (without registering the device: a sender need not be registered).
 func (s *Server) removedAt(ctx context.Context, c *token.Claims) (time.Time, error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
-	if pos, ok := s.positions.Get(key); ok {
-		return pos.RemovedAt, nil
+	if at, ok := s.knownRemoval(key); ok {
+		return at, nil
 	}
 	ticket := s.positions.Begin(key)
 	st, err := offload(func() (store.DeviceState, error) {
@@ -90,6 +108,19 @@ func (s *Server) removedAt(ctx context.Context, c *token.Claims) (time.Time, err
 	}
 	pos := s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt})
 	return pos.RemovedAt, nil
+}
+
+// knownRemoval is k's last removal, if memory knows it.
+func (s *Server) knownRemoval(k wake.Key) (time.Time, bool) {
+	pos, known := s.positions.Get(k)
+	at, listed := s.removals.get(k)
+	if !known && !listed {
+		return time.Time{}, false
+	}
+	if at.After(pos.RemovedAt) {
+		return at, true
+	}
+	return pos.RemovedAt, true
 }
 
 // refusedByRemoval: a token issued at or before the device's last removal
@@ -223,11 +254,17 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	ticket := s.positions.Begin(key)
 	d, err := s.store.Register(ctx, p)
 	if err != nil {
 		return err
 	}
-	key := wake.Key{Household: c.Household, Device: c.Device}
+	// What the registration read is where the device stands: its first
+	// poll need not read it again.
+	if removed, ok := s.knownRemoval(key); ok {
+		s.positions.Fill(key, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, RemovedAt: removed})
+	}
 	s.positions.Registered(key, p.Now)
 	// Acks not yet written are the device's all the same.
 	if pos, ok := s.positions.Get(key); ok {

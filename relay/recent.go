@@ -188,6 +188,10 @@ func (o observer) Advanced(w wake.Wake) {
 func (o observer) Removed(k wake.Key, at time.Time) {
 	o.s.recent.forget(k)
 	o.s.positions.Removed(k, at)
+	o.s.removals.removed(k, at)
 }
 
-func (o observer) Lost() { o.s.positions.Lost() }
+func (o observer) Lost() {
+	o.s.positions.Lost()
+	o.s.removals.lost()
+}

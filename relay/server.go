@@ -72,6 +72,7 @@ type Server struct {
 	corsOrigins corsOrigins
 	recent      recent
 	acks        *acks
+	removals    *removals
 	fleet       *fleet // nil with one relay
 	handler     http.Handler
 	metrics     *metrics
@@ -157,7 +158,12 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.metrics = m
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
+	s.removals = newRemovals(s.store, s.log)
 	s.hub.Observe(observer{s})
+	// Only once the hub tells the observer of removals: one committed
+	// after the list's read is then heard. TestRemovalsHeardDuringRead
+	// guards this order.
+	s.removals.start()
 	s.handler = s.routes()
 	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
 		s.fleet = newFleet(s.store, fh, s.log, m.fleetTroubled)
@@ -200,7 +206,7 @@ func (s *Server) router() chi.Router {
 	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
 	r.Post("/v1/send", s.countSends(s.authed(s.send)))
-	r.Get("/v1/poll", s.timePolls(s.authed(s.poll)))
+	r.Get("/v1/poll", s.timePolls(s.authedHolding(s.poll)))
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
@@ -330,6 +336,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	// Acknowledgements gathered until the last poll ended are written.
 	defer s.acks.close()
+	defer s.removals.close()
 	// What the access log dropped in its last second is said before exit.
 	defer s.refusalLines.flush()
 	if s.fleet != nil {

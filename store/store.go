@@ -293,6 +293,13 @@ type PoolStatser interface {
 	PoolStats() PoolStats
 }
 
+// Removal is a device's last removal.
+type Removal struct {
+	Household string
+	Device    string
+	At        time.Time
+}
+
 // Store is what the relay needs from a database. Every method takes ctx
 // first so that a client that hangs up cancels its query.
 type Store interface {
@@ -329,6 +336,9 @@ type Store interface {
 	DeleteDevice(ctx context.Context, household, device string, at time.Time) error
 	// RemovedAt reports when the device was last removed; zero if never.
 	RemovedAt(ctx context.Context, household, device string) (time.Time, error)
+	// Removals lists the last removal of every device ever removed, at
+	// most limit of them, in no particular order.
+	Removals(ctx context.Context, limit int) ([]Removal, error)
 	// ClearPush clears the device's push target if it is still target.
 	ClearPush(ctx context.Context, household, device string, target PushTarget) error
 	// Expire deletes expired envelopes and send records.

@@ -132,6 +132,28 @@ func (db *DB) RemovedAt(ctx context.Context, household, device string) (time.Tim
 	return at.UTC(), nil
 }
 
+// Removals lists up to limit devices' last removals.
+func (db *DB) Removals(ctx context.Context, limit int) ([]store.Removal, error) {
+	rows, err := db.pool.Query(ctx, `SELECT household, device, removed_at FROM removals LIMIT $1`, limit)
+	if err != nil {
+		return nil, classify("removals", err)
+	}
+	var out []store.Removal
+	for rows.Next() {
+		var r store.Removal
+		if err := rows.Scan(&r.Household, &r.Device, &r.At); err != nil {
+			rows.Close()
+			return nil, classify("removals", err)
+		}
+		r.At = r.At.UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("removals", err)
+	}
+	return out, nil
+}
+
 // ClearPush clears the push target if it is still target, so that a
 // provider's late "gone" cannot wipe a target registered since.
 func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {

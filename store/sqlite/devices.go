@@ -122,6 +122,31 @@ func (db *DB) RemovedAt(ctx context.Context, household, device string) (time.Tim
 	return fromMicros(at), nil
 }
 
+// Removals lists up to limit devices' last removals.
+func (db *DB) Removals(ctx context.Context, limit int) ([]store.Removal, error) {
+	rows, err := db.reader.QueryContext(ctx, `SELECT household, device, removed_at FROM removals LIMIT ?`, limit)
+	if err != nil {
+		return nil, wrap(ctx, "removals", err)
+	}
+	defer rows.Close()
+	var out []store.Removal
+	for rows.Next() {
+		var (
+			r  store.Removal
+			at int64
+		)
+		if err := rows.Scan(&r.Household, &r.Device, &at); err != nil {
+			return nil, wrap(ctx, "removals", err)
+		}
+		r.At = fromMicros(at)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(ctx, "removals", err)
+	}
+	return out, nil
+}
+
 // ClearPush clears the push target only if it is still target, so that a
 // provider's late "gone" cannot erase a target registered since.
 func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {

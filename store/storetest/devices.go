@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,6 +250,51 @@ func testDelete(t *testing.T, open Opener) {
 	}
 	if got, err := s.RemovedAt(ctx(t), hh, "phone"); err != nil || !got.Equal(at) {
 		t.Errorf("RemovedAt after re-register = %v, %v, want %v", got, err, at)
+	}
+}
+
+func testRemovals(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	list := func(limit int) []store.Removal {
+		t.Helper()
+		rs, err := s.Removals(ctx(t), limit)
+		if err != nil {
+			t.Fatalf("Removals(%d): %v", limit, err)
+		}
+		slices.SortFunc(rs, func(a, b store.Removal) int {
+			return strings.Compare(a.Household+"/"+a.Device, b.Household+"/"+b.Device)
+		})
+		return rs
+	}
+	if got := list(10); len(got) != 0 {
+		t.Fatalf("Removals of a new store = %v, want none", got)
+	}
+	register(t, s, hh, "phone", "laptop")
+	register(t, s, "other", "phone")
+	at := t0.Add(time.Minute)
+	for _, d := range []struct{ household, device string }{{hh, "phone"}, {"other", "phone"}} {
+		if err := s.DeleteDevice(ctx(t), d.household, d.device, at); err != nil {
+			t.Fatalf("DeleteDevice %s/%s: %v", d.household, d.device, err)
+		}
+	}
+	// Removed again later: the list has the last removal, once.
+	later := at.Add(time.Hour)
+	register(t, s, hh, "phone")
+	if err := s.DeleteDevice(ctx(t), hh, "phone", later); err != nil {
+		t.Fatalf("DeleteDevice again: %v", err)
+	}
+	want := []store.Removal{{Household: hh, Device: "phone", At: later}, {Household: "other", Device: "phone", At: at}}
+	got := list(10)
+	if len(got) != len(want) {
+		t.Fatalf("Removals = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Household != want[i].Household || got[i].Device != want[i].Device || !got[i].At.Equal(want[i].At) {
+			t.Errorf("Removals[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if got := list(1); len(got) != 1 {
+		t.Errorf("Removals(1) = %v, want one", got)
 	}
 }
 

@@ -1,0 +1,88 @@
+package position
+
+import (
+	"sync"
+	"time"
+
+	"github.com/flamenet/relay/wake"
+)
+
+// Removals is every device's last removal, known in full once loaded: a
+// device it does not name was never removed. With it a token check needs
+// no store read for a device this relay has not met yet (a sender's first
+// send).
+//
+// The list is read from the store while the hub's news of removals is
+// already being kept: a removal committed after the read's snapshot is
+// news that arrives before or after Fill, and both merge by the latest
+// time, so neither order loses it. When the hub may have missed news
+// (Lost), the list is no longer complete until it is read again; a read
+// that began before Lost is not trusted.
+type Removals struct {
+	mu       sync.RWMutex
+	m        map[wake.Key]time.Time
+	gen      uint64 // bumped by Lost
+	complete bool
+}
+
+// NewRemovals returns an empty list, not complete until its first Fill.
+func NewRemovals() *Removals {
+	return &Removals{m: make(map[wake.Key]time.Time)}
+}
+
+// Get returns k's last removal (zero if never) and true, or false while
+// the list is not complete.
+func (r *Removals) Get(k wake.Key) (time.Time, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if !r.complete {
+		return time.Time{}, false
+	}
+	return r.m[k], true
+}
+
+// Removed is the hub's news that k was removed at at.
+func (r *Removals) Removed(k wake.Key, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[k] = later(r.m[k], at)
+}
+
+// Lost is the hub's news that news may have been missed: the list must be
+// read again before it is trusted.
+func (r *Removals) Lost() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gen++
+	r.complete = false
+}
+
+// Begin is called before the list is read from the store; its result goes
+// to Fill.
+func (r *Removals) Begin() uint64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.gen
+}
+
+// Fill merges a full read begun with Begin's gen and makes the list
+// complete. It reports false, keeping nothing, when Lost came in between.
+func (r *Removals) Fill(gen uint64, read map[wake.Key]time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != r.gen {
+		return false
+	}
+	for k, at := range read {
+		r.m[k] = later(r.m[k], at)
+	}
+	r.complete = true
+	return true
+}
+
+// Len is the number of removed devices known.
+func (r *Removals) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.m)
+}
