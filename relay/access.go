@@ -25,6 +25,8 @@ type accessEntry struct {
 	device    string
 	outcome   string // polls only
 	code      string // the protocol's error code, for an error answer
+	// detached: the poll parked; its line is written when it answers.
+	detached bool
 }
 
 func (e *accessEntry) WriteHeader(code int) {
@@ -78,15 +80,35 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.accessLogs.Enabled(r.Context(), slog.LevelInfo) {
+		if !s.accessLogs.Enabled(r.Context(), accessLevel) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		start := time.Now()
+		if rs := resumeOf(r.Context()); rs != nil {
+			start = rs.start // a poll read again after it parked
+		}
 		e := &accessEntry{ResponseWriter: w}
 		next.ServeHTTP(e, r.WithContext(context.WithValue(r.Context(), accessKey{}, e)))
-		s.logAccess(r, e, time.Since(start))
+		if !e.detached {
+			s.logAccess(r, e, time.Since(start))
+		}
 	})
+}
+
+// accessLevel is the access log's level.
+const accessLevel = slog.LevelInfo
+
+// accessLine is what one access log line says.
+type accessLine struct {
+	method, route     string
+	status            int
+	took              time.Duration
+	bytes             int64
+	client            string
+	household, device string
+	outcome, code     string
+	query             string // the raw query; only its safe part is logged
 }
 
 func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) {
@@ -97,33 +119,41 @@ func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) 
 			status = statusHangup
 		}
 	}
-	if refusal(status, e.code) && !s.refusalLines.allow(time.Now()) {
-		return
-	}
 	route := chi.RouteContext(r.Context()).RoutePattern()
 	if route == "" {
 		route = "-" // no route matched
 	}
+	s.writeAccess(r.Context(), accessLine{
+		method: r.Method, route: route, status: status, took: took, bytes: e.bytes,
+		client:    clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), s.cfg.TrustedProxies),
+		household: e.household, device: e.device, outcome: e.outcome, code: e.code, query: r.URL.RawQuery,
+	})
+}
+
+func (s *Server) writeAccess(ctx context.Context, l accessLine) {
+	if refusal(l.status, l.code) && !s.refusalLines.allow(time.Now()) {
+		return
+	}
 	var buf [16]slog.Attr
 	attrs := append(buf[:0],
-		slog.String("method", r.Method),
-		slog.String("route", route),
-		slog.Int("status", status),
-		slog.String("duration", took.String()),
-		slog.Int64("bytes", e.bytes),
-		slog.String("client", clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), s.cfg.TrustedProxies)),
+		slog.String("method", l.method),
+		slog.String("route", l.route),
+		slog.Int("status", l.status),
+		slog.String("duration", l.took.String()),
+		slog.Int64("bytes", l.bytes),
+		slog.String("client", l.client),
 	)
-	if e.household != "" {
-		attrs = append(attrs, slog.String("household", e.household), slog.String("device", e.device))
+	if l.household != "" {
+		attrs = append(attrs, slog.String("household", l.household), slog.String("device", l.device))
 	}
-	if e.outcome != "" {
-		attrs = append(attrs, slog.String("outcome", e.outcome))
+	if l.outcome != "" {
+		attrs = append(attrs, slog.String("outcome", l.outcome))
 	}
-	if e.code != "" {
-		attrs = append(attrs, slog.String("error", e.code))
+	if l.code != "" {
+		attrs = append(attrs, slog.String("error", l.code))
 	}
-	attrs = appendSafeQuery(attrs, r.URL.RawQuery)
-	s.accessLogs.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	attrs = appendSafeQuery(attrs, l.query)
+	s.accessLogs.LogAttrs(ctx, accessLevel, "request", attrs...)
 }
 
 // refusal reports whether an answer is one that anyone can provoke with

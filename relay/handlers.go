@@ -42,8 +42,12 @@ func (s *Server) authedOn(h handlerFunc, holds bool) http.HandlerFunc {
 		c, err := s.authenticate(r, holds)
 		if err == nil {
 			err = h(w, r, c)
+		} else if rs := resumeOf(r.Context()); rs != nil && errors.Is(rs.err, wake.ErrRemoved) {
+			// A parked poll whose device was removed: its token is now
+			// refused, as a held one's is.
+			notePoll(r.Context(), pollRemoved)
 		}
-		if err != nil {
+		if err != nil && err != errParked {
 			s.writeError(w, r, err)
 		}
 	}

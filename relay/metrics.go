@@ -217,8 +217,14 @@ func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
 func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		if rs := resumeOf(r.Context()); rs != nil {
+			start = rs.start // a poll read again after it parked
+		}
 		o := &pollOutcome{}
 		next(w, r.WithContext(context.WithValue(r.Context(), pollOutcomeKey{}, o)))
+		if o.detached {
+			return // counted when it answers
+		}
 		s.metrics.pollSeconds.Observe(time.Since(start).Seconds())
 		if o.name == "" {
 			o.name = pollError // every path notes one; a poll without is a bug
@@ -234,7 +240,10 @@ type pollOutcomeKey struct{}
 
 // pollOutcome is why a poll ended. The poll's handler runs in one
 // goroutine, which alone writes it.
-type pollOutcome struct{ name string }
+type pollOutcome struct {
+	name     string
+	detached bool // the poll parked
+}
 
 // notePoll records why the poll of ctx ended; the first reason stands (a
 // removal answered with 401 stays "removed"). Outside a poll it does

@@ -56,10 +56,21 @@ type pollState struct {
 	waiter wake.Waiter // nil for wait=0
 	pos    position.State
 	after  int64 // answer envelopes above this
+	// resume: how the wait ended of this poll, read again after it parked.
+	resume *resume
+	// parked: the poll's wait went on without its handler, which must
+	// not end it.
+	parked bool
 }
 
-// end unregisters the poll's waiter and counts it out.
+// end unregisters the poll's waiter and counts it out, unless it parked.
 func (p *pollState) end() {
+	if !p.parked {
+		p.release()
+	}
+}
+
+func (p *pollState) release() {
 	if p.waiter != nil {
 		p.waiter.Close()
 		p.s.held.Add(-1)
@@ -73,18 +84,21 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 	if err != nil {
 		return nil, err
 	}
-	if s.draining.Load() {
+	rs := resumeOf(r.Context())
+	if s.draining.Load() && rs == nil { // a parked poll was held before the drain
 		return nil, errDraining
 	}
 	ctx := r.Context()
 	key := wake.Key{Household: c.Household, Device: c.Device}
-	p := &pollState{s: s, q: q}
+	p := &pollState{s: s, q: q, resume: rs}
 
 	// The waiter is registered BEFORE the first read of the device's
 	// position, so an envelope that commits between that read and the
 	// wait still wakes this poll at once. TestPollNoLostWakeup guards this
-	// ordering.
-	if q.wait > 0 {
+	// ordering. A parked poll whose wait ended for good (superseded,
+	// removed, out of time) answers without registering again: it would
+	// supersede the poll that superseded it.
+	if q.wait > 0 && (rs == nil || rs.err == nil) {
 		n := s.held.Add(1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
 			s.held.Add(-1)
@@ -105,6 +119,9 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		s.afterFirstRead(key)
 	}
 	p.after = p.pos.Cursor
+	if rs != nil && rs.err == nil && p.pos.Pending(p.after) {
+		s.metrics.received.Inc() // news woke it while parked
+	}
 	return p, nil
 }
 
@@ -136,21 +153,32 @@ func parsePoll(r *http.Request, maxWait time.Duration) (pollQuery, error) {
 }
 
 // hold answers what is waiting above the position, or holds the poll until
-// something is. Its frame (with the few above it) is what a held poll
-// parks in: all a poll does before it holds is in startPoll, and all it
-// does only when it answers (fetching, encoding, refusing) in functions of
-// their own, so that the parked stack stays small enough for the runtime
-// to shrink (BenchmarkHeldPollMemory).
+// something is: parked (park.go) when it can be, which gives the request's
+// goroutine and buffers up, or else in this frame (with the few above it).
+// All a poll does before it holds is in startPoll, and all it does only
+// when it answers (fetching, encoding, refusing) in functions of their
+// own, so that a stack held here stays small enough for the runtime to
+// shrink (BenchmarkHeldPollMemory).
 func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, p *pollState) error {
 	deadline := s.pollDeadline(p.q.wait)
+	if p.resume != nil {
+		deadline = p.resume.deadline
+	}
 	for {
 		if p.pos.Pending(p.after) {
 			if done, err := s.deliver(ctx, w, r, c, p.pos, p.after, p.q.limit); done || err != nil {
 				return err
 			}
 		}
+		if rs := p.resume; rs != nil && rs.err != nil {
+			p.resume = nil
+			return s.endHold(ctx, w, r, rs.err, p.after)
+		}
 		if p.waiter == nil {
 			return s.answerEmpty(w, r, p.after, pollEmpty)
+		}
+		if s.park(w, r, p, deadline) {
+			return errParked
 		}
 		if werr := s.wait(ctx, p.waiter, deadline); werr != nil {
 			return s.endHold(ctx, w, r, werr, p.after)

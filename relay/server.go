@@ -73,7 +73,8 @@ type Server struct {
 	recent      recent
 	acks        *acks
 	removals    *removals
-	fleet       *fleet // nil with one relay
+	parking     *parking // nil until Serve
+	fleet       *fleet   // nil with one relay
 	handler     http.Handler
 	metrics     *metrics
 	verified    verified
@@ -185,7 +186,7 @@ func (s *Server) HeldPolls() int64 { return s.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
-	return s.guardBody(s.cors(r, r))
+	return takeResume(s.guardBody(s.cors(r, r)))
 }
 
 // router is the API's routes: what routes serves, and what the test that
@@ -297,21 +298,34 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// No WriteTimeout: it would cut held polls. Polls end by their own
 		// deadline; request bodies get a read deadline in guardBody.
+		// A parked poll's connection comes back with how its wait ended.
+		ConnContext: connContext,
 	}
 	s.mu.Lock()
-	if s.shut {
+	if s.shut || s.http != nil {
 		// Shutdown came first: serve nothing, as if it had come after.
 		s.mu.Unlock()
 		ln.Close()
+		if s.http != nil {
+			return errors.New("relay: Serve called twice")
+		}
 		<-s.done
 		return nil
 	}
 	s.http = srv
+	s.parking = newParking(ln.Addr())
 	s.mu.Unlock()
+	parked := make(chan error, 1)
+	go func() { parked <- srv.Serve(s.parking.ln) }()
 	err := srv.Serve(ln)
+	s.parking.ln.Close()
+	perr := <-parked
 	if errors.Is(err, http.ErrServerClosed) {
 		<-s.done
 		return nil
+	}
+	if err == nil && !errors.Is(perr, http.ErrServerClosed) {
+		err = perr
 	}
 	return err
 }
@@ -344,10 +358,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.shut = true
-	srv := s.http
+	srv, pk := s.http, s.parking
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
+	}
+	// Parked polls come back first (the hub, closing, ends their waits),
+	// so that the server, still reading, answers them before it stops.
+	if err := pk.close(ctx); err != nil {
+		closeErr := srv.Close()
+		return fmt.Errorf("relay: parked polls did not come back in time: %w", errors.Join(err, closeErr))
 	}
 	if err := srv.Shutdown(ctx); err != nil {
 		closeErr := srv.Close()
