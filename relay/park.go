@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -294,8 +295,8 @@ func (s *Server) waitParked(it *parked) {
 	it.poll.release()
 	pk.now.Add(-1)
 
-	var ne net.Error
-	if rr.n == 0 && !(errors.As(rr.err, &ne) && ne.Timeout()) {
+	// Not errors.As: it is a reflection walk, on every parked poll.
+	if rr.n == 0 && !errors.Is(rr.err, os.ErrDeadlineExceeded) {
 		_ = it.conn.Close()
 		s.hungUpParked(it)
 		pk.wg.Done()
