@@ -226,6 +226,11 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 	}
 	req.WriteString("\r\n")
 
+	watcher, ok := p.waiter.(wake.Watcher)
+	if !ok {
+		pk.wg.Done()
+		return false
+	}
 	conn, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		pk.wg.Done()
@@ -263,58 +268,59 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 	}
 	p.parked = true // the wait, not the handler, ends the poll now
 	pk.now.Add(1)
-	go s.waitParked(it)
+	go s.waitParked(it, watcher)
 	return true
 }
 
-// waitParked waits for the parked poll's news, its deadline or a hang-up,
-// then hands the connection back (or closes it, after a hang-up).
-func (s *Server) waitParked(it *parked) {
+// waitParked holds the parked poll on one goroutine, blocked in a read of
+// its connection: the read ends with a hang-up, with bytes from the client,
+// at the poll's deadline (the read's own), or when the waiter's news sets
+// the deadline in the past. Then the connection is handed back (or closed,
+// after a hang-up).
+func (s *Server) waitParked(it *parked, w wake.Watcher) {
 	pk := s.parking
-	ctx, cancel := context.WithDeadline(context.Background(), it.deadline)
-	defer cancel()
+	conn := it.conn
+	_ = conn.SetReadDeadline(it.deadline)
+	// News sets the read's deadline in the past. The waiter is closed
+	// (release) before the connection is handed back: after that no news
+	// can reach it, so the callback never touches a connection that is the
+	// server's again.
+	w.Watch(func() { _ = conn.SetReadDeadline(aLongTimeAgo) })
 	if it.early {
-		cancel()
+		_ = conn.SetReadDeadline(aLongTimeAgo)
 	}
-	type readResult struct {
-		b   byte
-		n   int
-		err error
-	}
-	read := make(chan readResult, 1)
-	go func() {
-		var b [1]byte
-		n, err := it.conn.Read(b[:])
-		read <- readResult{b[0], n, err}
-		cancel() // a hang-up, or bytes from the client: stop waiting
-	}()
-	werr := it.poll.waiter.Wait(ctx)
-	_ = it.conn.SetReadDeadline(aLongTimeAgo)
-	rr := <-read
-	_ = it.conn.SetReadDeadline(time.Time{})
+	var b [1]byte
+	n, err := conn.Read(b[:])
+	ready, werr := w.Ready() // before release, which ends the waiter
 	it.poll.release()
 	pk.now.Add(-1)
+	_ = conn.SetReadDeadline(time.Time{})
 
 	// Not errors.As: it is a reflection walk, on every parked poll.
-	if rr.n == 0 && !errors.Is(rr.err, os.ErrDeadlineExceeded) {
-		_ = it.conn.Close()
+	if n == 0 && !errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = conn.Close()
 		s.hungUpParked(it)
 		pk.wg.Done()
 		return
 	}
 	rs := &resume{start: it.start, deadline: it.deadline, err: werr, release: sync.OnceFunc(pk.wg.Done)}
-	if rr.n == 1 || it.early {
+	switch {
+	case n == 1 || it.early:
 		// The client sent more while its poll was held: the poll answers
 		// now, and what was sent is read after it.
-		if rr.n == 1 {
-			it.replay = append(it.replay, rr.b)
+		if n == 1 {
+			it.replay = append(it.replay, b[0])
 		}
 		rs.err = context.DeadlineExceeded
-	} else if werr != nil && !errors.Is(werr, wake.ErrSuperseded) && !errors.Is(werr, wake.ErrRemoved) && !errors.Is(werr, wake.ErrClosed) {
+	case !ready:
+		rs.err = context.DeadlineExceeded // the read's deadline is the poll's
+	case werr == nil:
+		// Woken: the poll reads its position again.
+	case !errors.Is(werr, wake.ErrSuperseded) && !errors.Is(werr, wake.ErrRemoved) && !errors.Is(werr, wake.ErrClosed):
 		rs.err = context.DeadlineExceeded
 	}
-	if !pk.ln.give(&replayConn{Conn: it.conn, prefix: it.replay, resume: rs}) {
-		_ = it.conn.Close()
+	if !pk.ln.give(&replayConn{Conn: conn, prefix: it.replay, resume: rs}) {
+		_ = conn.Close()
 		s.hungUpParked(it)
 		rs.release()
 	}

@@ -58,8 +58,12 @@ func TestParkedPollAnswersOnItsConnection(t *testing.T) {
 	const parkedFor = 300 * time.Millisecond
 	time.Sleep(parkedFor) // a wait for the duration to show, not a synchronisation
 	h.send(laptop, "m1", []byte("hello"), "phone")
+	sent := time.Now()
 
 	status, body := readReply(t, br)
+	if d := time.Since(sent); d > 10*time.Second {
+		t.Errorf("the parked poll answered %v after the send, not when woken", d)
+	}
 	var p pollResponse
 	if err := json.Unmarshal([]byte(body), &p); status != http.StatusOK || err != nil || len(p.Envelopes) != 1 || string(p.Envelopes[0].Payload) != "hello" {
 		t.Fatalf("parked poll answered %d %s", status, body)

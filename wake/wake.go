@@ -84,6 +84,21 @@ type Hub interface {
 	Close() error
 }
 
+// Watcher is a Waiter that can be watched without a goroutine blocked in
+// Wait: a held poll that gave its goroutine up (parked) is told of news by
+// a callback, and then asks what it was.
+type Watcher interface {
+	Waiter
+	// Watch calls f when a signal arrives or the waiter ends, and at once
+	// if either happened already. f runs on the caller of Signal, End or
+	// Close, so it must not block; it may run more than once.
+	Watch(f func())
+	// Ready reports, without blocking, that a signal arrived (true, nil;
+	// the signal is taken, as Wait takes it), that the waiter ended
+	// (true, its error), or neither (false, nil).
+	Ready() (bool, error)
+}
+
 // Waiter is one held poll's registration.
 type Waiter interface {
 	// Wait blocks until a signal arrives (nil), the waiter is superseded

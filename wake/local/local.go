@@ -205,9 +205,42 @@ type Waiter struct {
 	done chan struct{}
 	once sync.Once
 	err  error
+	// watch is told of every signal and of the end (see Watch).
+	watch atomic.Pointer[func()]
 }
 
-var _ wake.Waiter = (*Waiter)(nil)
+var _ wake.Watcher = (*Waiter)(nil)
+
+// Watch calls f on every signal and at the end, and at once if either
+// came already.
+func (w *Waiter) Watch(f func()) {
+	w.watch.Store(&f)
+	if len(w.signal) > 0 || w.Err() != nil {
+		f()
+	}
+}
+
+// Ready reports a signal (taking it) or the end, without blocking; the end
+// comes first, as in Wait.
+func (w *Waiter) Ready() (bool, error) {
+	select {
+	case <-w.done:
+		return true, w.err
+	default:
+	}
+	select {
+	case <-w.signal:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+func (w *Waiter) watched() {
+	if f := w.watch.Load(); f != nil {
+		(*f)()
+	}
+}
 
 // Wait blocks until a signal (nil), supersession (wake.ErrSuperseded),
 // removal (wake.ErrRemoved), hub Close (wake.ErrClosed) or the end of ctx
@@ -270,11 +303,13 @@ func (w *Waiter) notify() {
 	case w.signal <- struct{}{}:
 	default: // a wake is already pending; one is enough
 	}
+	w.watched()
 }
 
 func (w *Waiter) end(err error) {
 	w.once.Do(func() {
 		w.err = err
 		close(w.done)
+		w.watched()
 	})
 }

@@ -476,3 +476,60 @@ func wakes(keys ...wake.Key) []wake.Wake {
 	}
 	return ws
 }
+
+// TestWatch: a watched waiter's callback runs on a signal, at the end, and
+// at once for news that came before Watch; Ready tells which, the end
+// first, and takes a signal as Wait does.
+func TestWatch(t *testing.T) {
+	h := local.New(nil)
+	k := wake.Key{Household: "h", Device: "d"}
+	sub := func() wake.Watcher {
+		t.Helper()
+		w, err := h.Subscribe(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.(wake.Watcher)
+	}
+	signal := func() {
+		t.Helper()
+		if err := h.Signal(context.Background(), []wake.Wake{{Key: k, Head: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := sub()
+	var calls atomic.Int32
+	w.Watch(func() { calls.Add(1) })
+	if ready, err := w.Ready(); ready || err != nil || calls.Load() != 0 {
+		t.Fatalf("before any news: Ready %v %v, %d calls", ready, err, calls.Load())
+	}
+	signal()
+	if calls.Load() != 1 {
+		t.Fatalf("a signal made %d calls, want 1", calls.Load())
+	}
+	if ready, err := w.Ready(); !ready || err != nil {
+		t.Fatalf("after a signal: Ready %v %v, want true, nil", ready, err)
+	}
+	if ready, _ := w.Ready(); ready {
+		t.Fatal("Ready did not take the signal")
+	}
+
+	// A signal before Watch: called at once.
+	signal()
+	var early atomic.Int32
+	w.Watch(func() { early.Add(1) })
+	if early.Load() != 1 {
+		t.Fatalf("a signal before Watch made %d calls, want 1", early.Load())
+	}
+
+	// Superseded with a signal pending: the end comes first.
+	newer := sub()
+	if early.Load() < 2 {
+		t.Fatal("the end made no call")
+	}
+	if ready, err := w.Ready(); !ready || !errors.Is(err, wake.ErrSuperseded) {
+		t.Fatalf("superseded: Ready %v %v, want true, ErrSuperseded", ready, err)
+	}
+	newer.Close()
+}
