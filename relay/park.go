@@ -19,11 +19,11 @@ import (
 //
 // Held by net/http, a poll keeps its connection's goroutine (with the
 // stack its request needed), a goroutine watching for a hang-up, 10 KiB of
-// read, write and response buffers, and the parsed request: about 45 KiB
-// of resident memory each, most of a relay's memory with thousands held.
-// Parked, it keeps the connection, its request's bytes, its registration
-// with the hub and two small goroutines: one waits for the hub, one
-// watches the socket for a hang-up.
+// read, write and response buffers, and the parsed request: most of a
+// relay's memory with thousands held. Parked, it keeps the connection, its
+// request's bytes, its registration with the hub and one goroutine,
+// blocked in a read of the connection (a hang-up ends it) whose deadline
+// is the poll's; the hub's news moves that deadline to the past.
 //
 // When the wait ends, the connection goes back to the same http.Server
 // through a listener of its own, with the request's bytes in front of
