@@ -96,6 +96,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		MaxHouseholdPending: c.MaxHouseholdPending,
 		MaxHeldPolls:        heldPolls,
 		AccessLog:           c.AccessLog,
+		ParkPolls:           c.ParkPolls,
 		TrustedProxies:      c.TrustedProxies,
 		CORSOrigins:         c.CORSOrigins,
 	}

@@ -82,6 +82,9 @@ type Config struct {
 	LogLevel    string
 	LogFormat   string
 	AccessLog   bool
+	// ParkPolls: held HTTP/1.1 polls give their request's goroutine and
+	// buffers up while they wait.
+	ParkPolls bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies       []netip.Prefix
 	issuerKeysConfigured bool
@@ -321,6 +324,14 @@ var settings = []Setting{
 		switch v {
 		case "on", "off":
 			c.AccessLog = v == "on"
+			return nil
+		}
+		return errors.New("want on or off")
+	}},
+	{"FN_PARK_POLLS", "on", "held HTTP/1.1 polls give their goroutine and buffers up while they wait (on or off): less memory per held poll, more CPU per answer", func(c *Config, v string) error {
+		switch v {
+		case "on", "off":
+			c.ParkPolls = v == "on"
 			return nil
 		}
 		return errors.New("want on or off")

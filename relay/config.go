@@ -37,6 +37,8 @@ type Config struct {
 
 	// AccessLog: one line per finished request (see access.go).
 	AccessLog bool
+	// ParkPolls: held HTTP/1.1 polls park (see park.go).
+	ParkPolls bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
 	TrustedProxies []netip.Prefix
 	// CORSOrigins are the web origins whose pages may call the API; "*"

@@ -35,7 +35,9 @@ import (
 // logged and counted here, as a held poll's hang-up is.
 //
 // Only plain HTTP/1.1 polls without a body park; anything else (HTTP/2,
-// Connection: close, a handler served without Serve) waits as before.
+// Connection: close, a handler served without Serve) waits as before, as
+// every poll does with FN_PARK_POLLS=off: parking trades CPU (each answer
+// reads its request again) for memory.
 type parking struct {
 	ln *parkListener
 	// now is how many polls are parked.
@@ -205,7 +207,7 @@ type parked struct {
 // cannot, and the poll waits as before.
 func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, deadline time.Time) bool {
 	pk := s.parking
-	if pk == nil || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close ||
+	if pk == nil || !s.cfg.ParkPolls || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close ||
 		r.ContentLength != 0 || len(r.TransferEncoding) != 0 || s.draining.Load() {
 		return false
 	}

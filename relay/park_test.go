@@ -153,3 +153,19 @@ func TestParkedPollClientSendsMore(t *testing.T) {
 		})
 	}
 }
+
+// TestParkPollsOff: with FN_PARK_POLLS=off a held poll stays in its
+// handler, and is woken there.
+func TestParkPollsOff(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ParkPolls = false })
+	phone, laptop := h.register("home", "phone"), h.register("home", "laptop")
+	got := heldPoll(h, phone, "wait=30")
+	eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
+	if n := h.srv.parking.now.Load(); n != 0 {
+		t.Fatalf("%d polls parked with parking off", n)
+	}
+	h.send(laptop, "m1", []byte("x"), "phone")
+	if p := <-got; len(p.Envelopes) != 1 {
+		t.Fatalf("poll = %+v", p)
+	}
+}
