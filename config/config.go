@@ -321,20 +321,10 @@ var settings = []Setting{
 		return nil
 	}},
 	{"FN_ACCESS_LOG", "on", "one info line per finished request (on or off); refusals anyone can provoke are capped per second", func(c *Config, v string) error {
-		switch v {
-		case "on", "off":
-			c.AccessLog = v == "on"
-			return nil
-		}
-		return errors.New("want on or off")
+		return onOff(v, &c.AccessLog)
 	}},
 	{"FN_PARK_POLLS", "on", "held HTTP/1.1 polls give their goroutine and buffers up while they wait (on or off): less memory per held poll, more CPU per answer", func(c *Config, v string) error {
-		switch v {
-		case "on", "off":
-			c.ParkPolls = v == "on"
-			return nil
-		}
-		return errors.New("want on or off")
+		return onOff(v, &c.ParkPolls)
 	}},
 	{"FN_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For names the client in the access log; empty: none", func(c *Config, v string) error {
 		ps, err := ParseTrustedProxies(v)
@@ -531,4 +521,14 @@ func Table() string {
 		fmt.Fprintf(&b, "| `%s` | `-%s` | %s | %s |\n", s.Env, s.Flag(), def, s.Usage)
 	}
 	return b.String()
+}
+
+// onOff sets *dst from "on" or "off".
+func onOff(v string, dst *bool) error {
+	switch v {
+	case "on", "off":
+		*dst = v == "on"
+		return nil
+	}
+	return errors.New("want on or off")
 }
