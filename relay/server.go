@@ -162,8 +162,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.removals = newRemovals(s.store, s.log)
 	s.hub.Observe(observer{s})
 	// Only once the hub tells the observer of removals: one committed
-	// after the list's read is then heard. TestRemovalsHeardDuringRead
-	// guards this order.
+	// after the list's read is then heard, and merged into the list
+	// (TestRemovalsHeardDuringRead). No test can catch this line moved
+	// above Observe: the window it would open is a few instructions wide.
 	s.removals.start()
 	s.handler = s.routes()
 	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
