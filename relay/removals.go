@@ -89,8 +89,19 @@ func (r *removals) run(ctx context.Context) {
 			case <-time.After(backoff):
 			}
 		}
+		// While Redis is in trouble the hub may say news was lost every
+		// second; the list, read whole, is read at most this often (until
+		// then first requests read the store, as without it).
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(removalsEvery):
+		}
 	}
 }
+
+// removalsEvery is the least time between two reads of the list.
+const removalsEvery = 5 * time.Second
 
 // read reads the list once; false means it should be tried again. A read
 // that Lost overtook is not kept, and Lost's kick reads again.
