@@ -48,7 +48,7 @@ func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 			if ours && seen[got.send] > 0 {
 				// Counted once, as a repeat, not again as out of order.
 				seen[got.send]++
-				if opts.explicitAck && got.seq == first[got.send].seq && crashBetween(opts.kills, first[got.send].at, got.at) {
+				if opts.explicitAck && got.seq == first[got.send].seq && crashBetween(opts.kills, first[got.send].since(), got.at) {
 					v.redelivered++
 				} else {
 					v.duplicates++
@@ -92,6 +92,16 @@ func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 }
 
 // crashBetween reports whether a kill falls in (from, to].
+// since is the earliest the relay can have handed r over: when its poll
+// was sent. An answer the killed relay wrote just before the kill may be
+// read just after it.
+func (r received) since() time.Time {
+	if r.asked.IsZero() {
+		return r.at
+	}
+	return r.asked
+}
+
 func crashBetween(kills []time.Time, from, to time.Time) bool {
 	for _, k := range kills {
 		if k.After(from) && !k.After(to) {

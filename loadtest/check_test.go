@@ -29,6 +29,12 @@ func at(r received, sec int) received {
 	return r
 }
 
+// asked sets when an arrival's poll was sent, t0 + sec seconds.
+func asked(r received, sec int) received {
+	r.asked = t0.Add(time.Duration(sec) * time.Second)
+	return r
+}
+
 func TestCheck(t *testing.T) {
 	type want struct{ delivered, lost, dup, redelivered, reordered, unexpected, unconfirmed, errors int }
 	explicitCrashAt5 := checkOpts{explicitAck: true, kills: []time.Time{t0.Add(5 * time.Second)}}
@@ -116,6 +122,17 @@ func TestCheck(t *testing.T) {
 				at(arrival(0, 1, "s0"), 6), at(arrival(1, 2, "s0"), 6)},
 			r1:   []received{at(arrival(2, 1, "s1"), 7)},
 			want: want{delivered: 3, redelivered: 2},
+		},
+		{
+			// The killed relay wrote seq 1 before the kill; the tester
+			// read it after. Its poll was sent before: a redelivery.
+			// Timed by the read alone, it went red as a duplicate (tried).
+			name: "explicit acks: an answer read just after the kill, then again",
+			opts: explicitCrashAt5,
+			r0: []received{asked(at(arrival(0, 1, "s0"), 6), 4), at(arrival(0, 1, "s0"), 7),
+				at(arrival(1, 2, "s0"), 8)},
+			r1:   []received{at(arrival(2, 1, "s1"), 8)},
+			want: want{delivered: 3, redelivered: 1},
 		},
 		{
 			name: "explicit acks: a repeat with no crash between is a duplicate",

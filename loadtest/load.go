@@ -308,11 +308,14 @@ type sendRecord struct {
 
 // received is one envelope as a recipient saw it.
 type received struct {
-	send    int // index into sends, -1 when the id is not one of ours
-	id      string
-	seq     int64
-	from    string
-	at      time.Time
+	send int // index into sends, -1 when the id is not one of ours
+	id   string
+	seq  int64
+	from string
+	at   time.Time
+	// asked is when the poll that brought it was sent: a poll sent before
+	// a kill may bring what the killed relay wrote, read after the kill.
+	asked   time.Time
 	payload bool // the payload is the one sent under id
 }
 
@@ -818,7 +821,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	r.held.Add(-1)
 	at := time.Now()
 	if err == nil {
-		r.record(p, resp, at)
+		r.record(p, resp, from, at)
 		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 {
 			r.ack(ctx, p, resp.Cursor)
 		}
@@ -891,11 +894,11 @@ func (r *runner) failureLocked(op string, relay int, err error, from, to time.Ti
 
 // record keeps what a poll returned. Only the recipient's goroutine calls
 // it, so p needs no lock; the shared tallies do.
-func (r *runner) record(p *pair, resp client.PollResult, at time.Time) {
+func (r *runner) record(p *pair, resp client.PollResult, asked, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range resp.Envelopes {
-		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at}
+		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at, asked: asked}
 		if got.send >= 0 {
 			rec := &r.sends[got.send]
 			got.payload = string(e.Payload) == string(payload(e.ID, r.cfg.payload))
