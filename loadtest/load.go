@@ -593,7 +593,7 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 
 	sendLimit := max(1024, r.cfg.pairs+64)
 	openLoop(ctx, sched, sendLimit, func(i int, at time.Time) { r.send(ctx, i, at) })
-	heldEnd := int(r.held.Load())
+	heldEnd := r.heldAfter(ctx)
 	crashes.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -800,6 +800,19 @@ func (r *runner) pollLoop(ctx context.Context, p *pair, first time.Time) {
 	for ctx.Err() == nil {
 		r.pollOnce(ctx, p, r.cfg.wait)
 	}
+}
+
+// heldAfter is how many polls are in flight as the sends end. A poll
+// just answered (the last sends' recipients' most likely) is between its
+// answer and the next poll for a moment, so the count is the highest seen
+// over a short while, or the population as soon as it is seen whole.
+func (r *runner) heldAfter(ctx context.Context) int {
+	most := r.held.Load()
+	deadline := time.Now().Add(250 * time.Millisecond)
+	for most < int64(len(r.pairs)) && time.Now().Before(deadline) && sleepFor(ctx, 5*time.Millisecond) {
+		most = max(most, r.held.Load())
+	}
+	return int(most)
 }
 
 // pollOnce makes one poll and records what it returned. It reports

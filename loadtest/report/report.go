@@ -86,7 +86,8 @@ type Report struct {
 	// Crashes are the relay crashes the tester caused.
 	Crashes []Crash `json:"crashes,omitempty"`
 	// HeldPollsEnd is the tester's count of polls in flight when the
-	// offered window ended.
+	// offered window ended: the highest seen in the 250 ms after, since a
+	// poll just answered is between its answer and the next poll.
 	HeldPollsEnd int `json:"held_polls_end,omitempty"`
 	// HerdHeldMS is, under -herd, how long the population took to hold
 	// its polls: from the instant every first poll started until the
