@@ -144,7 +144,12 @@ func (c *replayConn) Read(b []byte) (int, error) {
 
 // resume is how a parked poll's wait ended, for the poll read again.
 type resume struct {
-	start    time.Time // when the poll first arrived
+	start time.Time // when the poll first arrived
+	// checked is when its token was first found good (the relay's
+	// clock): a poll read again is judged as of then, so that a token
+	// expiring while its poll is held does not refuse the answer, as it
+	// would not for a poll held in its handler.
+	checked  time.Time
 	deadline time.Time // its wait's end
 	err      error     // nil: woken; else the wait's error
 	taken    atomic.Bool
@@ -197,10 +202,13 @@ type parked struct {
 	replay   []byte // the request, and anything the client sent after it
 	poll     *pollState
 	start    time.Time
+	checked  time.Time
 	deadline time.Time
 	early    bool // the client sent more after the poll: answer now
-	// For the access log line of a hang-up.
-	client, query, household, device string
+	// For the access log line of a hang-up, which is rare: the client's
+	// address is worked out only then.
+	remote, query, household, device string
+	forwarded                        []string
 }
 
 // park gives the poll's connection up until its wait ends; false when it
@@ -211,7 +219,8 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 		r.ContentLength != 0 || len(r.TransferEncoding) != 0 || s.draining.Load() {
 		return false
 	}
-	if !pk.add() {
+	watcher, ok := p.waiter.(wake.Watcher)
+	if !ok {
 		return false
 	}
 	var req bytes.Buffer
@@ -223,14 +232,11 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 	req.WriteString(r.Host)
 	req.WriteString("\r\n")
 	if err := r.Header.Write(&req); err != nil {
-		pk.wg.Done()
 		return false
 	}
 	req.WriteString("\r\n")
 
-	watcher, ok := p.waiter.(wake.Watcher)
-	if !ok {
-		pk.wg.Done()
+	if !pk.add() {
 		return false
 	}
 	conn, rw, err := http.NewResponseController(w).Hijack()
@@ -252,14 +258,13 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 		req.Write(rc.prefix)
 		conn = rc.Conn
 	}
-	start := time.Now()
+	start, checked := time.Now(), s.now()
 	if rs := resumeOf(r.Context()); rs != nil {
-		start = rs.start
+		start, checked = rs.start, rs.checked
 	}
 	it := &parked{
-		conn: conn, replay: req.Bytes(), poll: p, start: start, deadline: deadline, early: early,
-		client: clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), s.cfg.TrustedProxies),
-		query:  r.URL.RawQuery,
+		conn: conn, replay: req.Bytes(), poll: p, start: start, checked: checked, deadline: deadline, early: early,
+		remote: r.RemoteAddr, forwarded: r.Header.Values("X-Forwarded-For"), query: r.URL.RawQuery,
 	}
 	if e := accessOf(r.Context()); e != nil {
 		e.detached = true
@@ -305,7 +310,7 @@ func (s *Server) waitParked(it *parked, w wake.Watcher) {
 		pk.wg.Done()
 		return
 	}
-	rs := &resume{start: it.start, deadline: it.deadline, err: werr, release: sync.OnceFunc(pk.wg.Done)}
+	rs := &resume{start: it.start, checked: it.checked, deadline: it.deadline, err: werr, release: sync.OnceFunc(pk.wg.Done)}
 	switch {
 	case n == 1 || it.early:
 		// The client sent more while its poll was held: the poll answers
@@ -336,7 +341,8 @@ func (s *Server) hungUpParked(it *parked) {
 	if s.cfg.AccessLog && s.accessLogs.Enabled(context.Background(), accessLevel) {
 		s.writeAccess(context.Background(), accessLine{
 			method: http.MethodGet, route: "/v1/poll", status: statusHangup, took: took,
-			client: it.client, household: it.household, device: it.device, outcome: pollHangup, query: it.query,
+			client:    clientAddr(it.remote, it.forwarded, s.cfg.TrustedProxies),
+			household: it.household, device: it.device, outcome: pollHangup, query: it.query,
 		})
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/token"
 )
 
 // rawPoll writes requests on a connection of its own, so that a test sees
@@ -168,4 +171,27 @@ func TestParkPollsOff(t *testing.T) {
 	if p := <-got; len(p.Envelopes) != 1 {
 		t.Fatalf("poll = %+v", p)
 	}
+}
+
+// TestParkedPollOutlivesItsToken: a token that expires while its poll is
+// parked does not refuse the answer when the poll is read again, as it
+// would not for a poll held in its handler. Judged by the clock at the
+// second reading, this goes red (tried): 401.
+func TestParkedPollOutlivesItsToken(t *testing.T) {
+	base := newHarness(t, nil)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	h := newHarnessWith(t, Deps{Store: base.db, Hub: newLocalHub(), Now: func() time.Time { return time.Unix(0, clock.Load()) }}, nil)
+	laptop := h.register("home", "laptop")
+	phone := h.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now(), Expires: time.Now().Add(time.Minute)})
+	h.must("POST", "/v1/register", phone, nil, http.StatusOK)
+	got := heldPoll(h, phone, "wait=30")
+	eventually(t, "the poll to park", func() bool { return h.srv.parking.now.Load() == 1 })
+	clock.Add(int64(time.Hour)) // the token is long expired, skew included
+	h.send(laptop, "m1", []byte("x"), "phone")
+	if p := <-got; len(p.Envelopes) != 1 {
+		t.Fatalf("poll = %+v", p)
+	}
+	// A new request with the token is refused: only the held poll lives on.
+	h.must("GET", "/v1/poll", phone, nil, http.StatusUnauthorized)
 }
