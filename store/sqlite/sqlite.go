@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	w.Set("_journal_mode", "WAL")
 	w.Set("_synchronous", sync)
 	w.Set("_foreign_keys", "1")
-	writer, err := sql.Open("sqlite", dsn(path, w))
+	writer, err := openDB(dsn(path, w))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open writer: %w", err)
 	}
@@ -145,7 +145,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	r.Set("mode", "ro")
 	r.Set("_query_only", "1")
-	reader, err := sql.Open("sqlite", dsn(path, r))
+	reader, err := openDB(dsn(path, r))
 	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("sqlite: open readers: %w", err)
@@ -154,7 +154,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	reader.SetMaxIdleConns(readers)
 	db.reader = reader
 
-	ping, err := sql.Open("sqlite", dsn(path, r))
+	ping, err := openDB(dsn(path, r))
 	if err != nil {
 		reader.Close()
 		writer.Close()

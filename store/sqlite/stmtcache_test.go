@@ -1,0 +1,114 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/flamenet/relay/store"
+)
+
+// writerPrepared is how many statements the writer's connection has
+// prepared for its cache.
+func writerPrepared(t *testing.T, db *DB) int {
+	t.Helper()
+	conn, err := db.writer.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	n := -1
+	if err := conn.Raw(func(dc any) error {
+		n = dc.(*cachingConn).prepared
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestStatementsPreparedOnce: sends after the first prepare nothing more
+// on the writer; each reruns the statements the first one prepared.
+func TestStatementsPreparedOnce(t *testing.T) {
+	db := openTB(t, tempPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Register(ctx, store.RegisterParams{Household: "h", Device: "d", Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(i int) {
+		if _, err := db.Send(ctx, store.SendParams{Household: "h", Sender: "s", ID: fmt.Sprint("m", i), To: []string{"d"}, Payload: []byte("x"), Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0)
+	after1 := writerPrepared(t, db)
+	if after1 == 0 {
+		t.Fatal("the first send prepared nothing for the cache")
+	}
+	for i := 1; i < 20; i++ {
+		send(i)
+	}
+	if n := writerPrepared(t, db); n != after1 {
+		t.Errorf("20 sends prepared %d statements, 1 send %d: the later ones prepared again", n, after1)
+	}
+}
+
+// TestStatementRerunWhileItsRowsAreOpen: a query run again on the same
+// connection while its first rows are still being read gets a statement
+// of its own; both read every row.
+func TestStatementRerunWhileItsRowsAreOpen(t *testing.T) {
+	db := openTB(t, tempPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.writer.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const q = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT i FROM n`
+	read := func(rows *sql.Rows) []int {
+		var got []int
+		for rows.Next() {
+			var i int
+			if err := rows.Scan(&i); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, i)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	outer, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Close()
+	if !outer.Next() {
+		t.Fatal("no first row")
+	}
+	inner, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(inner); fmt.Sprint(got) != "[1 2 3]" {
+		t.Errorf("inner rows %v, want [1 2 3]", got)
+	}
+	inner.Close()
+	if got := read(outer); fmt.Sprint(got) != "[2 3]" {
+		t.Errorf("outer rows after the first %v, want [2 3]", got)
+	}
+	outer.Close()
+	// Free again: the next run reads from the start.
+	again, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if got := read(again); fmt.Sprint(got) != "[1 2 3]" {
+		t.Errorf("rows of the next run %v, want [1 2 3]", got)
+	}
+}
