@@ -110,8 +110,9 @@ var errBusy = &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavai
 // enter takes the gates of household's devices in to (sorted, so that two
 // sends never wait for each other crosswise), waiting at most wait.
 func (g *gates) enter(ctx context.Context, household string, to []string, wait time.Duration) (leave func(), err error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
+	// The wait's deadline (a timer) is made only when a gate is taken:
+	// most sends find theirs free.
+	var waitCtx context.Context
 	taken := make([]*gate, 0, len(to))
 	keys := make([]wake.Key, 0, len(to))
 	leave = func() {
@@ -138,7 +139,18 @@ func (g *gates) enter(ctx context.Context, household string, to []string, wait t
 		select {
 		case e.ch <- struct{}{}:
 			taken, keys = append(taken, e), append(keys, k)
-		case <-ctx.Done():
+			continue
+		default:
+		}
+		if waitCtx == nil {
+			var cancel context.CancelFunc
+			waitCtx, cancel = context.WithTimeout(ctx, wait)
+			defer cancel()
+		}
+		select {
+		case e.ch <- struct{}{}:
+			taken, keys = append(taken, e), append(keys, k)
+		case <-waitCtx.Done():
 			g.mu.Lock()
 			g.unref(k, e)
 			g.mu.Unlock()

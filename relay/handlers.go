@@ -613,13 +613,14 @@ func (q query) int(name string, def, lo, hi int64) (int64, error) {
 		return def, nil
 	}
 	s := raw[0]
-	bad := badRequest("%s must be a whole number from %d to %d.", name, lo, hi)
+	// Built only when needed: every poll reads three numbers.
+	bad := func() error { return badRequest("%s must be a whole number from %d to %d.", name, lo, hi) }
 	if s == "" || len(s) > 19 || strings.Trim(s, "0123456789") != "" {
-		return 0, bad
+		return 0, bad()
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, bad
+		return 0, bad()
 	}
 	return n, nil
 }

@@ -1,0 +1,83 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkDelivery is the relay's whole path for one envelope, over real
+// HTTP on a loopback socket: a send, the answer of the recipient's held
+// poll (parked, then woken), and the recipient's next poll, which parks
+// again. Each send waits for its delivery, so that the figures are work,
+// not queueing. The client is in the same process: its share is in every
+// figure, so compare runs with each other (allocs/op is the steadiest);
+// the load tester measures the relay alone. Run:
+//
+//	go test -run '^$' -bench Delivery -benchtime 5000x ./relay/
+func BenchmarkDelivery(b *testing.B) {
+	const recipients = 64
+	h := newHarness(b, nil)
+	sender := h.register("home", "sender")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan int64, recipients)
+	done := make(chan struct{}, recipients)
+	for i := range recipients {
+		tok := h.register("home", fmt.Sprint("r", i))
+		go func() {
+			defer func() { done <- struct{}{} }()
+			cursor := int64(0)
+			for {
+				r, err := h.do(ctx, "GET", fmt.Sprintf("/v1/poll?cursor=%d&wait=20", cursor), tok, nil)
+				if err != nil {
+					return // cancelled
+				}
+				var p pollResponse
+				if r.status != http.StatusOK || json.Unmarshal(r.body, &p) != nil {
+					b.Errorf("poll: %d %s", r.status, r.body)
+					return
+				}
+				cursor = p.Cursor
+				for _, e := range p.Envelopes {
+					got <- e.Seq
+				}
+			}
+		}()
+	}
+	eventually(b, "every poll held", func() bool { return h.srv.HeldPolls() == recipients })
+	payload := make([]byte, 256)
+	body := func(n int) []byte {
+		j, _ := json.Marshal(map[string]any{"id": fmt.Sprint("m", n), "to": []string{fmt.Sprint("r", n%recipients)}, "payload": payload})
+		return j
+	}
+
+	b.ReportAllocs()
+	var before syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	b.ResetTimer()
+	for n := range b.N {
+		r, err := h.do(ctx, "POST", "/v1/send", sender, body(n))
+		if err != nil || r.status != http.StatusAccepted {
+			b.Fatalf("send: %v %d %s", err, r.status, r.body)
+		}
+		select {
+		case <-got:
+		case <-time.After(10 * time.Second):
+			b.Fatal("no delivery")
+		}
+	}
+	b.StopTimer()
+	var after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	cancel()
+	for range recipients {
+		<-done
+	}
+}
