@@ -13,15 +13,21 @@ import (
 // BenchmarkDelivery is the relay's whole path for one envelope, over real
 // HTTP on a loopback socket: a send, the answer of the recipient's held
 // poll (parked, then woken), and the recipient's next poll, which parks
-// again. Each send waits for its delivery, so that the figures are work,
-// not queueing. The client is in the same process: its share is in every
+// again (held: the poll waits in its handler instead, FN_PARK_POLLS=off).
+// Each send waits for its delivery, so that the figures are work, not
+// queueing. The client is in the same process: its share is in every
 // figure, so compare runs with each other (allocs/op is the steadiest);
 // the load tester measures the relay alone. Run:
 //
 //	go test -run '^$' -bench Delivery -benchtime 5000x ./relay/
 func BenchmarkDelivery(b *testing.B) {
+	b.Run("parked", func(b *testing.B) { benchDelivery(b, true) })
+	b.Run("held", func(b *testing.B) { benchDelivery(b, false) })
+}
+
+func benchDelivery(b *testing.B, park bool) {
 	const recipients = 64
-	h := newHarness(b, nil)
+	h := newHarness(b, func(c *Config) { c.ParkPolls = park })
 	sender := h.register("home", "sender")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
