@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // BenchmarkDelivery is the relay's whole path for one envelope, over real
@@ -17,17 +19,28 @@ import (
 // Each send waits for its delivery, so that the figures are work, not
 // queueing. The client is in the same process: its share is in every
 // figure, so compare runs with each other (allocs/op is the steadiest);
-// the load tester measures the relay alone. Run:
+// the load tester measures the relay alone. The postgres case needs the
+// Postgres the tests use (FN_TEST_DATABASE_URL). Run:
 //
 //	go test -run '^$' -bench Delivery -benchtime 5000x ./relay/
 func BenchmarkDelivery(b *testing.B) {
-	b.Run("parked", func(b *testing.B) { benchDelivery(b, true) })
-	b.Run("held", func(b *testing.B) { benchDelivery(b, false) })
+	sqlite := func(park bool) func(b *testing.B) *harness {
+		return func(b *testing.B) *harness { return newHarness(b, func(c *Config) { c.ParkPolls = park }) }
+	}
+	b.Run("parked", func(b *testing.B) { benchDelivery(b, sqlite(true)) })
+	b.Run("held", func(b *testing.B) { benchDelivery(b, sqlite(false)) })
+	// The store in a process of its own: what is left is the relay's.
+	b.Run("postgres", func(b *testing.B) {
+		benchDelivery(b, func(b *testing.B) *harness {
+			h, _ := pgHarness(b, servicetest.PostgresDatabase(b), 8, nil)
+			return h
+		})
+	})
 }
 
-func benchDelivery(b *testing.B, park bool) {
+func benchDelivery(b *testing.B, newH func(*testing.B) *harness) {
 	const recipients = 64
-	h := newHarness(b, func(c *Config) { c.ParkPolls = park })
+	h := newH(b)
 	sender := h.register("home", "sender")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

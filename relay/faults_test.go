@@ -21,7 +21,7 @@ import (
 
 // pgHarness serves a relay on a throwaway Postgres database (through url,
 // which may be a proxy's) with a pool of conns.
-func pgHarness(t *testing.T, url string, conns int32, mutate func(*Config)) (*harness, *postgres.DB) {
+func pgHarness(t testing.TB, url string, conns int32, mutate func(*Config)) (*harness, *postgres.DB) {
 	t.Helper()
 	st, err := postgres.Open(context.Background(), postgres.Config{URL: url, MaxConns: conns, LockTimeout: DefaultConfig().LockTimeout})
 	if err != nil {
