@@ -110,8 +110,8 @@ var errBusy = &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavai
 // enter takes the gates of household's devices in to (sorted, so that two
 // sends never wait for each other crosswise), waiting at most wait.
 func (g *gates) enter(ctx context.Context, household string, to []string, wait time.Duration) (leave func(), err error) {
-	// The wait's deadline (a timer) is made only when a gate is taken:
-	// most sends find theirs free.
+	// The wait's deadline (a timer) is made only when another send holds
+	// a gate: most sends find theirs free.
 	var waitCtx context.Context
 	taken := make([]*gate, 0, len(to))
 	keys := make([]wake.Key, 0, len(to))
