@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/wake"
 )
 
 // gatedStore holds every Send until the gate opens, so a test can fill the
@@ -138,5 +140,49 @@ func TestAdmission(t *testing.T) {
 	}
 	if len(got) != len(accepted) {
 		t.Fatalf("delivered %d of %d accepted sends", len(got), len(accepted))
+	}
+}
+
+// TestGates: a send takes its recipients' gates at once when they are
+// free, waits for one another send holds, gets it when that send leaves,
+// and is refused with errBusy when the wait runs out, holding none of the
+// gates it had taken.
+func TestGates(t *testing.T) {
+	ctx := context.Background()
+	g := &gates{}
+	leaveA, err := g.enter(ctx, "h", []string{"a"}, time.Second)
+	if err != nil {
+		t.Fatalf("free gate: %v", err)
+	}
+	if _, err := g.enter(ctx, "h", []string{"0", "a"}, 20*time.Millisecond); err != errBusy {
+		t.Fatalf("held gate: %v, want errBusy", err)
+	}
+	// "0" was taken before "a" refused the send: it is free again, even
+	// for a send that may not wait at all.
+	leave0, err := g.enter(ctx, "h", []string{"0"}, 0)
+	if err != nil {
+		t.Fatalf("gate released by a refused send: %v", err)
+	}
+	leave0()
+
+	got := make(chan error, 1)
+	var leaveWaiter func()
+	go func() {
+		var err error
+		leaveWaiter, err = g.enter(ctx, "h", []string{"a"}, time.Minute)
+		got <- err
+	}()
+	eventually(t, "the second send waits for the gate", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.m[wake.Key{Household: "h", Device: "a"}].refs == 2
+	})
+	leaveA()
+	if err := <-got; err != nil {
+		t.Fatalf("waiting send: %v", err)
+	}
+	leaveWaiter()
+	if n := len(g.m); n != 0 {
+		t.Errorf("%d gates left after every send left", n)
 	}
 }
