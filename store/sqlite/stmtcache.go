@@ -18,9 +18,10 @@ import (
 // connection keeps them prepared, keyed by their text, and runs them again
 // from there.
 
-// maxCachedStmts bounds the statements one connection keeps; past it (a
-// statement built at run time, say), a statement is prepared for its run
-// alone, as without the cache.
+// maxCachedStmts bounds the statements one connection keeps. Some are
+// built at run time (expiry's DELETE ... IN with one mark per row), so a
+// full cache makes room by finalizing one it holds: the store's constant
+// statements, run far more often, are soon prepared again and stay.
 const maxCachedStmts = 128
 
 // openDB is sql.Open for the SQLite driver, with prepared statements kept.
@@ -87,7 +88,7 @@ func (c *cachingConn) stmt(ctx context.Context, query string) *cachedStmt {
 		}
 		return s
 	}
-	if len(c.stmts) >= maxCachedStmts {
+	if len(c.stmts) >= maxCachedStmts && !c.evictOne() {
 		return nil
 	}
 	ds, err := c.driverConn.PrepareContext(ctx, query)
@@ -98,6 +99,19 @@ func (c *cachingConn) stmt(ctx context.Context, query string) *cachedStmt {
 	c.stmts[query] = s
 	c.prepared++
 	return s
+}
+
+// evictOne finalizes one statement that no rows hold (whichever the map
+// gives first); false if every one is busy.
+func (c *cachingConn) evictOne() bool {
+	for q, s := range c.stmts {
+		if !s.busy {
+			_ = s.ds.Close()
+			delete(c.stmts, q)
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {

@@ -112,3 +112,82 @@ func TestStatementRerunWhileItsRowsAreOpen(t *testing.T) {
 		t.Errorf("rows of the next run %v, want [1 2 3]", got)
 	}
 }
+
+// TestStatementCacheMakesRoom: once statements built at run time have
+// filled a connection's cache, a statement run twice is still prepared
+// once and then run from the cache.
+func TestStatementCacheMakesRoom(t *testing.T) {
+	db := openTB(t, tempPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.writer.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	prepared := func() (n int) {
+		if err := conn.Raw(func(dc any) error {
+			n = dc.(*cachingConn).prepared
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i := range maxCachedStmts + 10 {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("SELECT %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := prepared()
+	for range 2 {
+		if _, err := conn.ExecContext(ctx, "SELECT 'constant'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := prepared() - before; n != 1 {
+		t.Errorf("a statement run twice on a full cache was prepared for it %d times, want 1", n)
+	}
+}
+
+// TestStatementCacheKeepsBusyStatements: a full cache whose every
+// statement has rows open makes no room; the next statement runs without
+// the cache, and every open rows reads on.
+func TestStatementCacheKeepsBusyStatements(t *testing.T) {
+	db := openTB(t, tempPath(t))
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.writer.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	open := make([]*sql.Rows, maxCachedStmts)
+	for i := range open {
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %d UNION ALL SELECT %d", i, -i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			t.Fatalf("rows %d: no first row: %v", i, rows.Err())
+		}
+		open[i] = rows
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, "SELECT 7").Scan(&n); err != nil || n != 7 {
+		t.Fatalf("a statement beside a full, busy cache: %d, %v", n, err)
+	}
+	for i, rows := range open {
+		var first, second int
+		if err := rows.Scan(&first); err != nil {
+			t.Fatalf("rows %d: %v", i, err)
+		}
+		if !rows.Next() {
+			t.Fatalf("rows %d: no second row: %v", i, rows.Err())
+		}
+		if err := rows.Scan(&second); err != nil || first != i || second != -i {
+			t.Fatalf("rows %d read %d, %d (%v), want %d, %d", i, first, second, err, i, -i)
+		}
+	}
+}
