@@ -18,6 +18,26 @@ func writerPrepared(t *testing.T, db *DB) int {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	return connPrepared(t, conn)
+}
+
+// writerConn holds the writer connection of a new store until the test
+// ends.
+func writerConn(t *testing.T) *sql.Conn {
+	t.Helper()
+	db := openTB(t, tempPath(t))
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.writer.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// connPrepared is how many statements conn has prepared for its cache.
+func connPrepared(t *testing.T, conn *sql.Conn) int {
+	t.Helper()
 	n := -1
 	if err := conn.Raw(func(dc any) error {
 		n = dc.(*cachingConn).prepared
@@ -59,14 +79,8 @@ func TestStatementsPreparedOnce(t *testing.T) {
 // connection while its first rows are still being read gets a statement
 // of its own; both read every row.
 func TestStatementRerunWhileItsRowsAreOpen(t *testing.T) {
-	db := openTB(t, tempPath(t))
-	defer db.Close()
 	ctx := context.Background()
-	conn, err := db.writer.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := writerConn(t)
 	const q = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT i FROM n`
 	read := func(rows *sql.Rows) []int {
 		var got []int
@@ -117,35 +131,20 @@ func TestStatementRerunWhileItsRowsAreOpen(t *testing.T) {
 // filled a connection's cache, a statement run twice is still prepared
 // once and then run from the cache.
 func TestStatementCacheMakesRoom(t *testing.T) {
-	db := openTB(t, tempPath(t))
-	defer db.Close()
 	ctx := context.Background()
-	conn, err := db.writer.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	prepared := func() (n int) {
-		if err := conn.Raw(func(dc any) error {
-			n = dc.(*cachingConn).prepared
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	conn := writerConn(t)
 	for i := range maxCachedStmts + 10 {
 		if _, err := conn.ExecContext(ctx, fmt.Sprintf("SELECT %d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	before := prepared()
+	before := connPrepared(t, conn)
 	for range 2 {
 		if _, err := conn.ExecContext(ctx, "SELECT 'constant'"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := prepared() - before; n != 1 {
+	if n := connPrepared(t, conn) - before; n != 1 {
 		t.Errorf("a statement run twice on a full cache was prepared for it %d times, want 1", n)
 	}
 }
@@ -154,14 +153,8 @@ func TestStatementCacheMakesRoom(t *testing.T) {
 // statement has rows open makes no room; the next statement runs without
 // the cache, and every open rows reads on.
 func TestStatementCacheKeepsBusyStatements(t *testing.T) {
-	db := openTB(t, tempPath(t))
-	defer db.Close()
 	ctx := context.Background()
-	conn, err := db.writer.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := writerConn(t)
 	open := make([]*sql.Rows, maxCachedStmts)
 	for i := range open {
 		rows, err := conn.QueryContext(ctx, fmt.Sprintf("SELECT %d UNION ALL SELECT %d", i, -i))
