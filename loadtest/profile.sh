@@ -66,11 +66,16 @@ until grep -q 'msg=sending' "$work/progress" 2>/dev/null; do
 	sleep 0.2
 done
 sleep "$settle"
+pid=$(pgrep -f "^$work/relay serve" | head -1)
+# The relay's user and system CPU time over the profile's window: fields
+# 14 and 15 of /proc/<pid>/stat, in clock ticks.
+ticks() { awk '{print $14, $15}' "/proc/$pid/stat"; }
+read -r user0 sys0 < <(ticks)
 curl -sf -o "$work/cpu.prof" "http://$pprof_addr/debug/pprof/profile?seconds=$profile_seconds"
+read -r user1 sys1 < <(ticks)
 
 strace_out="strace not found: no system call count"
 if command -v strace >/dev/null; then
-	pid=$(pgrep -f "^$work/relay serve" | head -1)
 	timeout -s INT "$strace_seconds" strace -c -f -p "$pid" -o "$work/strace" 2>/dev/null || true
 	strace_out=$(cat "$work/strace")
 fi
@@ -90,6 +95,14 @@ rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
 	echo
 	echo "## CPU profile (go tool pprof -top -cum)"
 	go tool pprof -top -cum -nodecount=45 "$work/relay" "$work/cpu.prof" 2>/dev/null
+	echo
+	echo "## User and system CPU time (/proc/<pid>/stat, over the profile's ${profile_seconds}s at ${rate}/s achieved)"
+	[[ -n "$pid" && -n "$rate" ]] && awk -v u=$((${user1:-0} - ${user0:-0})) -v s=$((${sys1:-0} - ${sys0:-0})) -v hz="$(getconf CLK_TCK)" -v n="$profile_seconds" -v r="$rate" 'BEGIN {
+		n *= r
+		if (u + s == 0 || n == 0) { print "no CPU time read"; exit }
+		printf "user   %6.2fs  %4.0f%%  %5.0f us per delivered envelope\n", u / hz, 100 * u / (u + s), 1e6 * u / hz / n
+		printf "system %6.2fs  %4.0f%%  %5.0f us per delivered envelope\n", s / hz, 100 * s / (u + s), 1e6 * s / hz / n
+	}'
 	echo
 	echo "## System calls (strace -c -f, ${strace_seconds}s at ${rate}/s achieved)"
 	echo "$strace_out"
