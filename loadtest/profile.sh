@@ -69,10 +69,10 @@ sleep "$settle"
 pid=$(pgrep -f "^$work/relay serve" | head -1)
 # The relay's user and system CPU time over the profile's window: fields
 # 14 and 15 of /proc/<pid>/stat, in clock ticks.
-ticks() { awk '{print $14, $15}' "/proc/$pid/stat"; }
-read -r user0 sys0 < <(ticks)
+ticks() { awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null || true; }
+read -r user0 sys0 < <(ticks) || true
 curl -sf -o "$work/cpu.prof" "http://$pprof_addr/debug/pprof/profile?seconds=$profile_seconds"
-read -r user1 sys1 < <(ticks)
+read -r user1 sys1 < <(ticks) || true
 
 strace_out="strace not found: no system call count"
 if command -v strace >/dev/null; then
@@ -97,9 +97,9 @@ rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
 	go tool pprof -top -cum -nodecount=45 "$work/relay" "$work/cpu.prof" 2>/dev/null
 	echo
 	echo "## User and system CPU time (/proc/<pid>/stat, over the profile's ${profile_seconds}s at ${rate}/s achieved)"
-	[[ -n "$pid" && -n "$rate" ]] && awk -v u=$((${user1:-0} - ${user0:-0})) -v s=$((${sys1:-0} - ${sys0:-0})) -v hz="$(getconf CLK_TCK)" -v n="$profile_seconds" -v r="$rate" 'BEGIN {
+	awk -v u=$((${user1:-0} - ${user0:-0})) -v s=$((${sys1:-0} - ${sys0:-0})) -v hz="$(getconf CLK_TCK)" -v n="$profile_seconds" -v r="${rate:-0}" 'BEGIN {
 		n *= r
-		if (u + s == 0 || n == 0) { print "no CPU time read"; exit }
+		if (u + s <= 0 || n == 0) { print "no CPU time read"; exit }
 		printf "user   %6.2fs  %4.0f%%  %5.0f us per delivered envelope\n", u / hz, 100 * u / (u + s), 1e6 * u / hz / n
 		printf "system %6.2fs  %4.0f%%  %5.0f us per delivered envelope\n", s / hz, 100 * s / (u + s), 1e6 * s / hz / n
 	}'
