@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
 )
@@ -56,13 +57,13 @@ func newAcks(st store.Store, interval, timeout time.Duration, onDone func(delete
 }
 
 // add records that k acknowledged up to cursor (a negative cursor records
-// only activity) at seen (zero: no activity to record). removed is k's last
-// removal as the caller knew it: the store skips the ack if k was removed
-// since, so an ack of a device's old life never reaches a new registration
-// of the same name.
-func (a *acks) add(k wake.Key, cursor int64, seen, removed time.Time) {
+// only activity) at seen (zero: no activity to record), in k's life life as
+// the caller knew it: the store skips the ack if k was removed since, so an
+// ack of a device's old life never reaches a new registration of the same
+// name.
+func (a *acks) add(k wake.Key, cursor int64, seen time.Time, life device.Life) {
 	a.mu.Lock()
-	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, RemovedAt: removed})
+	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, Life: life})
 	full := len(a.pending) >= ackBatch
 	a.mu.Unlock()
 	if full {
@@ -78,9 +79,9 @@ func (a *acks) merge(n store.Ack) {
 	k := wake.Key{Household: n.Household, Device: n.Device}
 	p, ok := a.pending[k]
 	switch {
-	case !ok || n.RemovedAt.After(p.RemovedAt):
+	case !ok || n.Life.Compare(p.Life) > 0:
 		a.pending[k] = n // a later life of the device replaces the older one
-	case p.RemovedAt.Equal(n.RemovedAt):
+	case p.Life.Compare(n.Life) == 0:
 		p.Cursor = max(p.Cursor, n.Cursor)
 		if n.Seen.After(p.Seen) {
 			p.Seen = n.Seen

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/edkey"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/push"
@@ -42,6 +43,12 @@ func (s *Server) authedOn(h handlerFunc, holds bool) http.HandlerFunc {
 		c, err := s.authenticate(r, holds)
 		if err == nil {
 			err = h(w, r, c)
+			if errors.Is(err, store.ErrRemoved) {
+				// The store, or what was read from it, knew of a removal
+				// that memory had not heard of when the token was checked.
+				notePoll(r.Context(), pollRemoved)
+				err = s.refuseToken(r, refusedRemoved, nil)
+			}
 		} else if rs := resumeOf(r.Context()); rs != nil && errors.Is(rs.err, wake.ErrRemoved) {
 			// A parked poll whose device was removed: its token is now
 			// refused, as a held one's is.
@@ -85,24 +92,27 @@ func (s *Server) authenticate(r *http.Request, holds bool) (*token.Claims, error
 		return nil, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
 	noteDevice(r.Context(), c.Household, c.Device)
-	removed, err := s.removedAt(r.Context(), c)
+	life, err := s.life(r.Context(), c)
 	if err != nil {
 		return nil, err
 	}
-	if refusedByRemoval(c, removed) {
+	if !life.Admits(c.IssuedAt) {
 		return nil, s.refuseToken(r, refusedRemoved, nil)
 	}
 	return c, nil
 }
 
-// removedAt is the token's device's last removal: from memory, which the
-// hub keeps current on every relay (what is known of the device, or the
-// list of every removal), or, while neither knows, read from the store
-// (without registering the device: a sender need not be registered).
-func (s *Server) removedAt(ctx context.Context, c *token.Claims) (time.Time, error) {
+// life is the token's device's current life: from memory, which the hub
+// keeps current on every relay (what is known of the device, or the list
+// of every removal), or, while neither knows, read from the store (without
+// registering the device: a sender need not be registered). Memory may
+// not have heard of a removal yet, so whatever creates, registers or
+// acknowledges for the device checks the token again, in the store
+// (issuedAt) or against the life the store read.
+func (s *Server) life(ctx context.Context, c *token.Claims) (device.Life, error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
-	if at, ok := s.knownRemoval(key); ok {
-		return at, nil
+	if life, ok := s.knownLife(key); ok {
+		return life, nil
 	}
 	ticket := s.positions.Begin(key)
 	st, err := offload(func() (store.DeviceState, error) {
@@ -111,29 +121,34 @@ func (s *Server) removedAt(ctx context.Context, c *token.Claims) (time.Time, err
 		return s.store.State(ctx, c.Household, c.Device)
 	})
 	if err != nil {
-		return time.Time{}, err
+		return device.Life{}, err
 	}
-	pos := s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt})
-	return pos.RemovedAt, nil
+	pos := s.positions.Fill(key, ticket, stateOf(st))
+	return pos.Life, nil
 }
 
-// knownRemoval is k's last removal, if memory knows it.
-func (s *Server) knownRemoval(k wake.Key) (time.Time, bool) {
+// knownLife is k's current life, if memory knows it.
+func (s *Server) knownLife(k wake.Key) (device.Life, bool) {
 	pos, known := s.positions.Get(k)
-	at, listed := s.removals.get(k)
-	if !known && !listed {
-		return time.Time{}, false
+	listed, ok := s.removals.get(k)
+	if !known && !ok {
+		return device.Life{}, false
 	}
-	if at.After(pos.RemovedAt) {
-		return at, true
-	}
-	return pos.RemovedAt, true
+	return listed.Later(pos.Life), true
 }
 
-// refusedByRemoval: a token issued at or before the device's last removal
-// (or without iat, once the device was ever removed) is refused.
-func refusedByRemoval(c *token.Claims, removed time.Time) bool {
-	return !removed.IsZero() && (c.IssuedAt.IsZero() || !c.IssuedAt.After(removed))
+// stateOf is a store read as memory keeps it.
+func stateOf(st store.DeviceState) position.State {
+	return position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, Life: st.Life}
+}
+
+// issuedAt is when the token was issued, as the store checks it against
+// the device's removals: a token without iat is older than any removal.
+func issuedAt(c *token.Claims) time.Time {
+	if c.IssuedAt.IsZero() {
+		return time.Unix(0, 0)
+	}
+	return c.IssuedAt
 }
 
 // Why a token was refused, as fn_tokens_refused_total counts it.
@@ -245,7 +260,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 	if err := decodeRequest(r, body, &req); err != nil {
 		return err
 	}
-	p := store.RegisterParams{Household: c.Household, Device: c.Device, Now: s.now()}
+	p := store.RegisterParams{Household: c.Household, Device: c.Device, Now: s.now(), IssuedAt: issuedAt(c)}
 	if req.IdentityKey != nil {
 		if err := edkey.Check(*req.IdentityKey); err != nil {
 			return badRequest("identity_key must be a valid 32-byte Ed25519 public key that is not of small order.")
@@ -269,8 +284,8 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 	}
 	// What the registration read is where the device stands: its first
 	// poll need not read it again.
-	if removed, ok := s.knownRemoval(key); ok {
-		s.positions.Fill(key, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, RemovedAt: removed})
+	if life, ok := s.knownLife(key); ok {
+		s.positions.Fill(key, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, Life: life})
 	}
 	s.positions.Registered(key, p.Now)
 	// Acks not yet written are the device's all the same.
@@ -451,11 +466,11 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery, env *store.Envelope) {
 	wakes := make([]wake.Wake, len(ds))
 	for i, d := range ds {
-		wakes[i] = wake.Wake{Key: wake.Key{Household: household, Device: d.Device}, Head: d.Seq}
+		wakes[i] = wake.Wake{Key: wake.Key{Household: household, Device: d.Device}, Life: d.Life, Head: d.Seq}
 		if env != nil {
 			e := *env
 			e.Seq = d.Seq
-			wakes[i].Envelope = encodeEnvelope(e, d.RemovedAt)
+			wakes[i].Envelope = encodeEnvelope(e)
 		}
 	}
 	// Who holds a poll is read before the wake-up: a poll the wake-up
@@ -473,6 +488,9 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	// wake-up, but a stuck hub must not hold the answer for long either.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	if s.beforeWake != nil {
+		s.beforeWake(wakes)
+	}
 	s.metrics.signalled.Add(float64(len(wakes)))
 	if err := s.hub.Signal(sctx, wakes); err != nil {
 		s.metrics.signalErrors.Inc()

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -197,8 +198,8 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if pos.Head == after+1 {
 		// One envelope waits: if it was committed here a moment ago, it
 		// is in memory, checked against the removal its send saw.
-		if e, ok := s.recent.get(key, pos.Head, pos.RemovedAt, time.Now()); ok {
-			if refusedByRemoval(c, pos.RemovedAt) {
+		if e, ok := s.recent.get(key, pos.Head, pos.Life, time.Now()); ok {
+			if !pos.Life.Admits(c.IssuedAt) {
 				notePoll(r.Context(), pollRemoved)
 				return true, s.refuseToken(r, refusedRemoved, nil)
 			}
@@ -220,7 +221,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// Read in the same snapshot as the envelopes: a removal this relay has
 	// not heard of yet must not hand a device registered again since to an
 	// older token.
-	if refusedByRemoval(c, batch.RemovedAt) {
+	if !batch.Life.Admits(c.IssuedAt) {
 		notePoll(r.Context(), pollRemoved)
 		return true, s.refuseToken(r, refusedRemoved, nil)
 	}
@@ -242,7 +243,7 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 	if pos.Pending(p.after) {
 		s.metrics.received.Inc() // news, not a fallback round's re-read
 	}
-	if refusedByRemoval(c, pos.RemovedAt) {
+	if !pos.Life.Admits(c.IssuedAt) {
 		notePoll(r.Context(), pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
 	}
@@ -300,19 +301,28 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 	if err != nil {
 		return pos, err
 	}
-	if cursor > pos.Head {
+	key := wake.Key{Household: c.Household, Device: c.Device}
+	now := s.now()
+	if cursor > pos.Head && !pos.AheadOf(cursor, now) {
 		// Memory may not have heard of the latest send yet: the store
-		// decides.
+		// decides (and memory keeps its word for a while, so that a
+		// client repeating the cursor costs no read each time).
 		if pos, err = s.readPosition(ctx, c); err != nil {
 			return pos, err
 		}
 		if cursor > pos.Head {
-			head := pos.Head
-			return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head}
+			s.positions.HeadRead(key, pos.Head, now)
 		}
 	}
-	key := wake.Key{Household: c.Household, Device: c.Device}
-	now := s.now()
+	// Whatever memory knew when the token was checked, the life read here
+	// decides: a token of an earlier life acknowledges nothing.
+	if !pos.Life.Admits(c.IssuedAt) {
+		return pos, fmt.Errorf("relay: acknowledge: %w", store.ErrRemoved)
+	}
+	if cursor > pos.Head {
+		head := pos.Head
+		return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head}
+	}
 	seen := time.Time{}
 	if s.positions.Touch(key, now, lastSeenEvery) {
 		seen = now
@@ -320,9 +330,9 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 	if cursor > pos.Cursor {
 		s.positions.Acked(key, cursor)
 		pos.Cursor = cursor
-		s.acks.add(key, cursor, seen, pos.RemovedAt)
+		s.acks.add(key, cursor, seen, pos.Life)
 	} else if !seen.IsZero() {
-		s.acks.add(key, -1, seen, pos.RemovedAt)
+		s.acks.add(key, -1, seen, pos.Life)
 	}
 	return pos, nil
 }
@@ -340,8 +350,9 @@ func (s *Server) position(ctx context.Context, c *token.Claims) (position.State,
 }
 
 // readPosition reads the device's position from the store, registering a
-// device that polls or acks before it ever registered, and merges it into
-// memory.
+// device that polls or acks before it ever registered (unless the token is
+// older than the device's last removal: store.ErrRemoved), and merges it
+// into memory.
 func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.State, error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
 	ticket := s.positions.Begin(key)
@@ -352,16 +363,18 @@ func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.St
 		if err != nil || st.Exists {
 			return st, err
 		}
-		p, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: -1, Now: s.now()})
+		// The store judges the token in the statement that would register
+		// the device, against removals this relay may not have heard of.
+		p, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: -1, Now: s.now(), IssuedAt: issuedAt(c)})
 		if err != nil {
 			return st, err
 		}
-		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, RemovedAt: st.RemovedAt}, nil
+		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, Life: st.Life}, nil
 	})
 	if err != nil {
 		return position.State{}, err
 	}
-	return s.positions.Fill(key, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, RemovedAt: st.RemovedAt}), nil
+	return s.positions.Fill(key, ticket, stateOf(st)), nil
 }
 
 func (s *Server) fetch(ctx context.Context, c *token.Claims, after int64, limit int) (store.Batch, error) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
 )
@@ -33,10 +34,10 @@ type recentKey struct {
 }
 
 type recentEntry struct {
-	key     recentKey
-	env     store.Envelope
-	removed time.Time // the device's last removal as its send saw it
-	at      time.Time
+	key  recentKey
+	env  store.Envelope
+	life device.Life // the device's life the send was stored in
+	at   time.Time
 }
 
 const (
@@ -47,8 +48,8 @@ const (
 	recentBytes = 16 << 20
 )
 
-// put keeps e, committed for k, whose last removal the send saw at removed.
-func (r *recent) put(k wake.Key, e store.Envelope, removed, now time.Time) {
+// put keeps e, committed for k in its life life.
+func (r *recent) put(k wake.Key, e store.Envelope, life device.Life, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -59,7 +60,7 @@ func (r *recent) put(k wake.Key, e store.Envelope, removed, now time.Time) {
 	if _, ok := r.m[rk]; ok {
 		return
 	}
-	ent := &recentEntry{key: rk, env: e, removed: removed, at: now}
+	ent := &recentEntry{key: rk, env: e, life: life, at: now}
 	r.m[rk] = ent
 	r.order = append(r.order, ent)
 	r.bytes += len(e.Payload)
@@ -69,13 +70,13 @@ func (r *recent) put(k wake.Key, e store.Envelope, removed, now time.Time) {
 }
 
 // get returns the envelope with seq for k, if it is still kept and was
-// committed in the device's life that the caller knows: the same last
-// removal. (A name removed and registered again gives its seqs anew.)
-func (r *recent) get(k wake.Key, seq int64, removed, now time.Time) (store.Envelope, bool) {
+// committed in the device's life that the caller knows. (A name removed
+// and registered again gives its seqs anew.)
+func (r *recent) get(k wake.Key, seq int64, life device.Life, now time.Time) (store.Envelope, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ent, ok := r.m[recentKey{k, seq}]
-	if !ok || now.Sub(ent.at) > recentFor || !ent.removed.Equal(removed) {
+	if !ok || now.Sub(ent.at) > recentFor || ent.life.Compare(life) != 0 {
 		return store.Envelope{}, false
 	}
 	return ent.env, true
@@ -115,17 +116,12 @@ func (r *recent) drop() {
 // store by the relay that holds the poll.
 const wakeEnvelopeMax = 4 << 10
 
-// encodeEnvelope is how a wake carries an envelope (and the recipient's
-// last removal as its send saw it) to the relays holding polls.
-func encodeEnvelope(e store.Envelope, removed time.Time) []byte {
-	b := make([]byte, 0, 48+len(e.ID)+len(e.From)+len(e.Payload))
+// encodeEnvelope is how a wake carries an envelope to the relays holding
+// polls (the wake itself carries the life it was stored in).
+func encodeEnvelope(e store.Envelope) []byte {
+	b := make([]byte, 0, 32+len(e.ID)+len(e.From)+len(e.Payload))
 	b = binary.AppendVarint(b, e.Seq)
 	b = binary.AppendVarint(b, e.SentAt.UnixMicro())
-	var r int64
-	if !removed.IsZero() {
-		r = removed.UnixMicro()
-	}
-	b = binary.AppendVarint(b, r)
 	for _, s := range []string{e.ID, e.From} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -135,7 +131,7 @@ func encodeEnvelope(e store.Envelope, removed time.Time) []byte {
 
 var errBadEnvelope = errors.New("relay: malformed envelope in a wake")
 
-func decodeEnvelope(b []byte) (e store.Envelope, removed time.Time, err error) {
+func decodeEnvelope(b []byte) (e store.Envelope, err error) {
 	next := func() int64 {
 		v, n := binary.Varint(b)
 		if n <= 0 {
@@ -157,38 +153,42 @@ func decodeEnvelope(b []byte) (e store.Envelope, removed time.Time, err error) {
 	}
 	e.Seq = next()
 	sent := next()
-	r := next()
 	e.ID = nextString()
 	e.From = nextString()
 	if err != nil {
-		return store.Envelope{}, time.Time{}, err
+		return store.Envelope{}, err
 	}
 	e.SentAt = time.UnixMicro(sent).UTC()
-	if r != 0 {
-		removed = time.UnixMicro(r).UTC()
-	}
 	e.Payload = b
-	return e, removed, nil
+	return e, nil
 }
 
 // observer is what the wake hub tells this relay: news goes to memory (the
 // envelope a wake carries, then the device's position) before the hub
-// wakes any poll.
+// wakes any poll. Each piece of news names the device's life it is of, and
+// memory keeps it only for that life (a wake may arrive after the removal
+// that followed its send).
 type observer struct{ s *Server }
 
 func (o observer) Advanced(w wake.Wake) {
+	if !w.Life.IsZero() {
+		// A send stored after a removal tells of that removal too, which
+		// this relay may not have heard of yet.
+		o.s.removals.removed(w.Key, w.Life)
+	}
 	if w.Envelope != nil {
-		if e, removed, err := decodeEnvelope(w.Envelope); err == nil {
-			o.s.recent.put(w.Key, e, removed, time.Now())
+		if e, err := decodeEnvelope(w.Envelope); err == nil {
+			o.s.recent.put(w.Key, e, w.Life, time.Now())
 		}
 	}
-	o.s.positions.Advanced(w.Key, w.Head)
+	o.s.positions.Advanced(w.Key, w.Life, w.Head)
 }
 
 func (o observer) Removed(k wake.Key, at time.Time) {
+	life := device.LifeAfter(at)
 	o.s.recent.forget(k)
-	o.s.positions.Removed(k, at)
-	o.s.removals.removed(k, at)
+	o.s.positions.Removed(k, life)
+	o.s.removals.removed(k, life)
 }
 
 func (o observer) Lost() {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
 )
@@ -18,25 +19,25 @@ func TestRecentIsBounded(t *testing.T) {
 	k := wake.Key{Household: "h", Device: "d"}
 	payload := make([]byte, 1<<20)
 	for i := range 64 {
-		r.put(k, store.Envelope{Seq: int64(i + 1), Payload: payload}, time.Time{}, now)
+		r.put(k, store.Envelope{Seq: int64(i + 1), Payload: payload}, device.Life{}, now)
 	}
 	if r.bytes > recentBytes {
 		t.Fatalf("%d bytes kept, bound %d", r.bytes, recentBytes)
 	}
-	if _, ok := r.get(k, 1, time.Time{}, now); ok {
+	if _, ok := r.get(k, 1, device.Life{}, now); ok {
 		t.Fatal("the oldest envelope was kept past the byte bound")
 	}
-	if _, ok := r.get(k, 64, time.Time{}, now); !ok {
+	if _, ok := r.get(k, 64, device.Life{}, now); !ok {
 		t.Fatal("the newest envelope was not kept")
 	}
-	if _, ok := r.get(k, 64, time.Time{}, now.Add(recentFor+time.Second)); ok {
+	if _, ok := r.get(k, 64, device.Life{}, now.Add(recentFor+time.Second)); ok {
 		t.Fatal("an envelope was handed out after recentFor")
 	}
 	r.forget(k)
-	if _, ok := r.get(k, 64, time.Time{}, now); ok {
+	if _, ok := r.get(k, 64, device.Life{}, now); ok {
 		t.Fatal("a removed device's envelope was kept")
 	}
-	r.put(wake.Key{Household: "h", Device: "other"}, store.Envelope{Seq: 1}, time.Time{}, now.Add(recentFor+time.Second))
+	r.put(wake.Key{Household: "h", Device: "other"}, store.Envelope{Seq: 1}, device.Life{}, now.Add(recentFor+time.Second))
 	if len(r.order) != 1 {
 		t.Fatalf("%d entries after every old one expired, want 1", len(r.order))
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -51,12 +52,12 @@ func (r *removals) start() {
 	go r.run(r.ctx)
 }
 
-// get returns k's last removal (zero if never) and true, or false while
-// the list is not known in full.
-func (r *removals) get(k wake.Key) (time.Time, bool) { return r.list.Get(k) }
+// get returns k's current life (begun by its last removal) and true, or
+// false while the list is not known in full.
+func (r *removals) get(k wake.Key) (device.Life, bool) { return r.list.Get(k) }
 
-// removed is the hub's news of a removal.
-func (r *removals) removed(k wake.Key, at time.Time) { r.list.Removed(k, at) }
+// removed is the hub's news of a removal, which began life.
+func (r *removals) removed(k wake.Key, life device.Life) { r.list.Removed(k, life) }
 
 // lost is the hub's news that news may have been missed: the list is read
 // again.
@@ -120,9 +121,9 @@ func (r *removals) read(ctx context.Context) bool {
 		r.log.Warn("too many removed devices to keep in memory; first requests read the store", "max", removalsMax)
 		return true
 	}
-	read := make(map[wake.Key]time.Time, len(rs))
+	read := make(map[wake.Key]device.Life, len(rs))
 	for _, rm := range rs {
-		read[wake.Key{Household: rm.Household, Device: rm.Device}] = rm.At
+		read[wake.Key{Household: rm.Household, Device: rm.Device}] = device.LifeAfter(rm.At)
 	}
 	r.list.Fill(gen, read)
 	return true

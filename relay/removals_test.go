@@ -32,8 +32,8 @@ func listed(t *testing.T, h *harness) time.Time {
 	t.Helper()
 	var at time.Time
 	eventually(t, "the list of removals read", func() bool {
-		var ok bool
-		at, ok = h.srv.removals.get(tablet)
+		life, ok := h.srv.removals.get(tablet)
+		at = life.RemovedAt()
 		return ok
 	})
 	return at

@@ -96,6 +96,9 @@ type Server struct {
 	// read of the device's position (the ack, which reads the head) and
 	// before anything else: a send committed there must still wake it.
 	afterFirstRead func(k wake.Key)
+	// beforeWake, when set by a test, runs after a send's commit, right
+	// before its wakes are signalled.
+	beforeWake func(ws []wake.Wake)
 
 	mu   sync.Mutex
 	shut bool // Shutdown has begun; a later Serve serves nothing

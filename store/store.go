@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // Sentinel errors. Backends wrap driver errors into these so the HTTP layer
@@ -34,6 +36,10 @@ var (
 	// ErrUnavailable: the database cannot be reached or did not answer in
 	// time. The caller should retry later; nothing was changed.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrRemoved: the device was removed at or after the moment the
+	// caller's credential was issued (see IssuedAt in RegisterParams and
+	// AckParams); nothing was created or changed.
+	ErrRemoved = errors.New("store: device removed after the credential was issued")
 )
 
 // CursorAheadError reports the highest seq the device was ever given.
@@ -119,6 +125,12 @@ type RegisterParams struct {
 	Push        *PushTarget
 	IdentityKey []byte
 	Now         time.Time
+	// IssuedAt is when the caller's credential was issued (zero: unknown).
+	// If the device was removed at or after it (or, for zero, ever), the
+	// registration is refused with ErrRemoved, in the same statement that
+	// would have written it: a credential of an earlier life never
+	// brings the name back.
+	IssuedAt time.Time
 }
 
 // SendParams is one send. To must be sorted and free of repeats; the store
@@ -159,10 +171,11 @@ type Delivery struct {
 	// acknowledged, expired or removed with its device). Always true on a
 	// first send.
 	Pending bool
-	// RemovedAt is the recipient's last removal (zero if never) as the
-	// send saw it: a caller handing the envelope to a poll from memory
-	// checks the poll's token by it, as Fetch's RemovedAt is used.
-	RemovedAt time.Time
+	// Life is the recipient's life the send was stored in (its last
+	// removal as the send saw it): a caller handing the envelope to a
+	// poll from memory checks the poll's token by it, as Fetch's Life is
+	// used.
+	Life device.Life
 }
 
 // SendResult is the answer to a send. Repeat is true when the same send was
@@ -186,6 +199,10 @@ type AckParams struct {
 	// only reports the position.
 	Cursor int64
 	Now    time.Time
+	// IssuedAt is when the caller's credential was issued, as in
+	// RegisterParams: a device removed at or after it is neither created
+	// nor acknowledged for (ErrRemoved).
+	IssuedAt time.Time
 }
 
 // Ack is one entry of an AckMany batch.
@@ -197,19 +214,19 @@ type Ack struct {
 	Cursor int64
 	// Seen, when not zero, moves last_seen up to it (never down).
 	Seen time.Time
-	// RemovedAt is the device's last removal as the caller knew it when it
-	// took the ack (zero: never removed). If the device was removed after
-	// that, the ack belongs to an earlier life of the name and is skipped:
-	// it must not acknowledge what a new registration is owed.
-	RemovedAt time.Time
+	// Life is the device's life as the caller knew it when it took the
+	// ack. If the device was removed after that, the ack belongs to an
+	// earlier life of the name and is skipped: it must not acknowledge
+	// what a new registration is owed.
+	Life device.Life
 }
 
 // DeviceState is where a device stands, read without writing anything.
 type DeviceState struct {
-	Exists    bool
-	Cursor    int64     // zero when the device does not exist
-	Head      int64     // zero when the device does not exist
-	RemovedAt time.Time // the device's last removal; zero if never removed
+	Exists bool
+	Cursor int64       // zero when the device does not exist
+	Head   int64       // zero when the device does not exist
+	Life   device.Life // begun by the device's last removal
 }
 
 // Position is where a device stands after an ack.
@@ -242,12 +259,12 @@ type Envelope struct {
 type Batch struct {
 	Envelopes []Envelope
 	More      bool
-	// RemovedAt is the device's last removal (zero if never) as seen by
-	// the same snapshot that read the envelopes returned, so a caller
-	// holding an older view of the device can tell that these envelopes
-	// may belong to a device registered again since, and refuse them to a
-	// token issued before the removal.
-	RemovedAt time.Time
+	// Life is the device's life as seen by the same snapshot that read
+	// the envelopes returned, so a caller holding an older view of the
+	// device can tell that these envelopes may belong to a device
+	// registered again since, and refuse them to a token issued before
+	// the removal.
+	Life device.Life
 }
 
 // ListParams pages through a household's directory by device name.
@@ -319,9 +336,9 @@ type Store interface {
 	// not created, no error. Either every ack of the batch is applied or
 	// none is.
 	//
-	// An ack names one life of a device through RemovedAt: one queued
-	// before a removal the caller had not heard of is skipped, even if the
-	// name was registered again meanwhile.
+	// An ack names one life of a device through Life: one queued before
+	// a removal the caller had not heard of is skipped, even if the name
+	// was registered again meanwhile.
 	AckMany(ctx context.Context, acks []Ack) (deleted int64, err error)
 	// State reads where a device stands without writing anything.
 	State(ctx context.Context, household, device string) (DeviceState, error)

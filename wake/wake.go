@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 var (
@@ -34,10 +36,12 @@ type Key struct {
 	Device    string
 }
 
-// Wake says that an envelope for Key committed and that the device's head
-// (the highest seq it was ever given) is now at least Head.
+// Wake says that an envelope for Key committed in the device's life Life
+// and that the device's head in that life (the highest seq it was ever
+// given) is now at least Head.
 type Wake struct {
 	Key  Key
+	Life device.Life
 	Head int64
 	// Envelope, when not nil, is the envelope itself, encoded by the relay
 	// that committed it (hubs carry it opaquely), so that a relay holding
@@ -49,8 +53,9 @@ type Wake struct {
 // Observer learns what a hub hears, before any waiter is woken by it. Its
 // methods are called from the hub's goroutines and must not block.
 type Observer interface {
-	// Advanced: a send committed for w.Key; its head is now at least
-	// w.Head, and w.Envelope may carry the envelope.
+	// Advanced: a send committed for w.Key in its life w.Life; its head
+	// in that life is now at least w.Head, and w.Envelope may carry the
+	// envelope. A wake may arrive after a removal that followed its send.
 	Advanced(w Wake)
 	// Removed: k was removed at at.
 	Removed(k Key, at time.Time)

@@ -10,12 +10,16 @@
 // reconnect, an outage) it calls Lost, and everything is read again.
 //
 // Heads only grow within a device's life, and every source (the store, a
-// wake) reports a true lower bound of the head, so merging by maximum is
-// always safe. What could go wrong is a store read that started before news
-// arrived and finishes after it, carrying an older picture. Begin and Fill
-// close that window: Begin marks the entry before the read, news applies to
-// the marked entry, and Fill merges into it, or gives up when the entry was
-// replaced (a removal) or forgotten (Lost, eviction) in between.
+// wake) reports a true lower bound of the head, so merging news of one life
+// by maximum is safe. Every piece of news says which life it is of (a
+// device.Life): news of an earlier life than the one known is dropped, and
+// news of a later one replaces what was known, as the removal that began
+// it would have. What could go wrong besides is a store read that started
+// before news arrived and finishes after it, carrying an older picture.
+// Begin and Fill close that window: Begin marks the entry before the read,
+// news applies to the marked entry, and Fill merges into it, or gives up
+// when the entry was replaced (a removal) or forgotten (Lost, eviction) in
+// between.
 package position
 
 import (
@@ -24,25 +28,41 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
 // State is what the relay knows of one device.
 type State struct {
-	Exists    bool      // registered (a sender need not be)
-	Cursor    int64     // highest seq acknowledged, as far as known here
-	Head      int64     // highest seq ever given, as far as known here
-	RemovedAt time.Time // last removal; zero if never
+	Exists bool        // registered (a sender need not be)
+	Cursor int64       // highest seq acknowledged, as far as known here
+	Head   int64       // highest seq ever given, as far as known here
+	Life   device.Life // the life this knowledge is of: the device's last removal
 	// Floor: a read found nothing stored above the cursor up to Floor, so
 	// there is nothing to fetch unless Head passes it (envelopes that
 	// expired unread leave the head above the cursor for good).
 	Floor int64
 	// Seen is when this relay last recorded the device's activity.
 	Seen time.Time
+	// HeadRead is when the store last said the head is Head, to a cursor
+	// above it; zero once news moved the head.
+	HeadRead time.Time
 }
 
 // Pending reports whether envelopes above after may be waiting.
 func (s State) Pending(after int64) bool { return s.Head > max(after, s.Floor) }
+
+// AheadOf reports whether cursor is known to be above the head: the store
+// said so less than AheadFor before now, and no news moved the head since.
+// Until then memory may simply not have heard of a send yet.
+func (s State) AheadOf(cursor int64, now time.Time) bool {
+	return cursor > s.Head && !s.HeadRead.IsZero() && now.Sub(s.HeadRead) < AheadFor
+}
+
+// AheadFor is how long the store's word that a cursor is above the head
+// holds without news: a client that repeats such a cursor in a loop costs
+// a store read this often at most.
+const AheadFor = time.Second
 
 const shardCount = 64
 
@@ -132,10 +152,19 @@ func (c *Cache) Fill(k wake.Key, t Ticket, st State) State {
 	if e != t.e || e.gen != t.gen || c.gen.Load() != t.gen {
 		return st
 	}
+	switch st.Life.Compare(e.Life) {
+	case -1:
+		// The read is of a life the news already left behind: it is no
+		// picture of the device now.
+		return State{Life: e.Life}
+	case 1:
+		// The read is of a later life than the news kept meanwhile (a
+		// removal not heard of here): the news was of the earlier one.
+		e.State = State{Life: st.Life, Seen: e.Seen}
+	}
 	e.Exists = e.Exists || st.Exists // within one life of a device, it only comes into being
 	e.Cursor = max(e.Cursor, st.Cursor)
-	e.Head = max(e.Head, st.Head)
-	e.RemovedAt = later(e.RemovedAt, st.RemovedAt)
+	e.advance(st.Head)
 	e.filled = true
 	return e.State
 }
@@ -188,37 +217,74 @@ func (c *Cache) Touch(k wake.Key, seen time.Time, every time.Duration) bool {
 	return due
 }
 
-// Advanced is the hub's news that a send committed for k: its head is now
-// at least head. A device nobody asked about is not remembered (its first
-// use reads the store, which already holds that send); one whose read is in
-// flight keeps the news for Fill.
-func (c *Cache) Advanced(k wake.Key, head int64) {
+// Advanced is the hub's news that a send committed for k in its life life:
+// its head is now at least head. A device nobody asked about is not
+// remembered (its first use reads the store, which already holds that
+// send); one whose read is in flight keeps the news for Fill. News of an
+// earlier life than the one known is dropped (a wake that arrives after
+// the removal it preceded); news of a later life tells of a removal not
+// heard of here, and is taken as that removal.
+func (c *Cache) Advanced(k wake.Key, life device.Life, head int64) {
+	gen := c.gen.Load()
 	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.m[k]; e != nil && e.gen == c.gen.Load() {
-		e.Head = max(e.Head, head)
-		e.Exists = true // only a registered device is sent to
+	e := s.m[k]
+	if e == nil || e.gen != gen {
+		return
+	}
+	switch life.Compare(e.Life) {
+	case -1:
+		return
+	case 1:
+		if e.filled {
+			// Which seqs the new life holds is for the store to say.
+			s.m[k] = &entry{gen: gen, filled: true, State: State{Life: life}}
+			return
+		}
+		e.State = State{Life: life, Seen: e.Seen}
+	}
+	e.advance(head)
+	e.Exists = true // only a registered device is sent to
+}
+
+// advance moves the head up to head; the caller holds the shard's lock.
+func (e *entry) advance(head int64) {
+	if head > e.Head {
+		e.Head = head
+		e.HeadRead = time.Time{}
 	}
 }
 
-// Removed is the hub's news that k was removed at at: it no longer exists,
-// and a registration after this starts again from seq 1. The entry is
-// replaced, so that a read begun before the removal is not merged into it.
-func (c *Cache) Removed(k wake.Key, at time.Time) {
+// HeadRead records that the store said at now that k's head is head, to a
+// cursor above it (see State.AheadOf); kept only if memory's head is the
+// same.
+func (c *Cache) HeadRead(k wake.Key, head int64, now time.Time) {
+	c.update(k, func(e *entry) {
+		if e.Head == head {
+			e.HeadRead = now
+		}
+	})
+}
+
+// Removed is the hub's news that k was removed, which began the life life:
+// it no longer exists, and a registration after this starts again from seq
+// 1. The entry is replaced, so that a read begun before the removal is not
+// merged into it; news of an earlier removal than the one known changes
+// nothing.
+func (c *Cache) Removed(k wake.Key, life device.Life) {
 	gen := c.gen.Load()
 	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.m[k]
-	e := &entry{gen: gen, filled: true, State: State{RemovedAt: at}}
-	if old != nil && old.gen == gen {
-		e.RemovedAt = later(old.RemovedAt, at)
+	if old != nil && old.gen == gen && old.Life.Compare(life) >= 0 && (old.filled || old.Life.Compare(life) > 0) {
+		return
 	}
 	if old == nil {
 		c.evict(s)
 	}
-	s.m[k] = e
+	s.m[k] = &entry{gen: gen, filled: true, State: State{Life: life}}
 }
 
 // Lost is the hub's news that news may have been missed: everything known
@@ -258,11 +324,4 @@ func (c *Cache) evict(s *shard) {
 		delete(s.m, k)
 		drop--
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -24,7 +25,7 @@ func filled(t *testing.T, c *Cache, k wake.Key, st State) State {
 func TestNewsDuringARead(t *testing.T) {
 	c := New(0)
 	ticket := c.Begin(k)
-	c.Advanced(k, 5) // a send committed after the store read's snapshot
+	c.Advanced(k, device.Life{}, 5) // a send committed after the store read's snapshot
 	got := c.Fill(k, ticket, State{Exists: true, Cursor: 2, Head: 4})
 	if got.Head != 5 || got.Cursor != 2 || !got.Exists {
 		t.Fatalf("Fill = %+v, want head 5 from the news", got)
@@ -41,18 +42,18 @@ func TestRemovalDuringARead(t *testing.T) {
 	c := New(0)
 	at := time.Unix(1_800_000_000, 0)
 	ticket := c.Begin(k)
-	c.Removed(k, at)
+	c.Removed(k, device.LifeAfter(at))
 	got := c.Fill(k, ticket, State{Exists: true, Cursor: 7, Head: 9})
 	if got.Head != 9 {
 		t.Fatalf("Fill returns the read as it was: %+v", got)
 	}
 	st, ok := c.Get(k)
-	if !ok || st.Exists || st.Head != 0 || st.Cursor != 0 || !st.RemovedAt.Equal(at) {
+	if !ok || st.Exists || st.Head != 0 || st.Cursor != 0 || st.Life != device.LifeAfter(at) {
 		t.Fatalf("after the removal Get = %+v, %v; want the removal, nothing else", st, ok)
 	}
 	c.Registered(k, time.Unix(1_800_000_100, 0))
-	c.Advanced(k, 1)
-	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || !st.RemovedAt.Equal(at) {
+	c.Advanced(k, device.LifeAfter(at), 1)
+	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || st.Life != device.LifeAfter(at) {
 		t.Fatalf("the next life = %+v", st)
 	}
 }
@@ -83,7 +84,7 @@ func TestLost(t *testing.T) {
 func TestNewsOfStrangers(t *testing.T) {
 	c := New(0)
 	for i := range 1000 {
-		c.Advanced(wake.Key{Household: "h", Device: fmt.Sprint(i)}, 1)
+		c.Advanced(wake.Key{Household: "h", Device: fmt.Sprint(i)}, device.Life{}, 1)
 	}
 	if n := c.Len(); n != 0 {
 		t.Fatalf("%d strangers remembered", n)
@@ -119,7 +120,7 @@ func TestAckedAndTouched(t *testing.T) {
 	if st, _ := c.Get(k); st.Pending(5) {
 		t.Fatal("pending after a read found nothing up to the head")
 	}
-	c.Advanced(k, 10)
+	c.Advanced(k, device.Life{}, 10)
 	if st, _ := c.Get(k); !st.Pending(5) {
 		t.Fatal("not pending after the head moved past the floor")
 	}
@@ -141,16 +142,102 @@ func TestConcurrentNews(t *testing.T) {
 				if w%2 == 0 {
 					c.Fill(key, c.Begin(key), State{Exists: true, Head: int64(i % 7)})
 				} else {
-					c.Advanced(key, int64(i))
+					c.Advanced(key, device.Life{}, int64(i))
 				}
 			}
 		})
 	}
 	wg.Wait()
 	for _, key := range keys {
-		c.Advanced(key, 1<<40)
+		c.Advanced(key, device.Life{}, 1<<40)
 		if st, ok := c.Get(key); !ok || st.Head != 1<<40 {
 			t.Fatalf("%v: %+v, %v", key, st, ok)
 		}
+	}
+}
+
+// TestLateWakeOfEarlierLife: a wake of a send stored before a removal that
+// arrives after it changes nothing: the device stays removed, and its next
+// life starts from nothing. With the life check in Advanced removed this
+// goes red (tried): the removed device existed again with the old head.
+func TestLateWakeOfEarlierLife(t *testing.T) {
+	c := New(0)
+	filled(t, c, k, State{Exists: true, Cursor: 4, Head: 5})
+	removed := device.LifeAfter(time.Unix(1_800_000_000, 0))
+	c.Removed(k, removed)
+	c.Advanced(k, device.Life{}, 6) // the send before the removal
+	if st, ok := c.Get(k); !ok || st.Exists || st.Head != 0 || st.Life != removed {
+		t.Fatalf("after a late wake of the earlier life: %+v, %v; want removed, head 0", st, ok)
+	}
+	c.Registered(k, time.Unix(1_800_000_001, 0))
+	c.Advanced(k, removed, 1)
+	c.Advanced(k, device.Life{}, 7)
+	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || st.Cursor != 0 {
+		t.Fatalf("the next life = %+v, want head 1, cursor 0", st)
+	}
+}
+
+// TestWakeOfLaterLife: a wake stored after a removal not heard of here is
+// taken as that removal: what was known of the earlier life goes, and the
+// next use reads the store (Exists false). Merged by maximum instead, the
+// new life would inherit the earlier one's cursor and head.
+func TestWakeOfLaterLife(t *testing.T) {
+	c := New(0)
+	filled(t, c, k, State{Exists: true, Cursor: 9, Head: 9})
+	later := device.LifeAfter(time.Unix(1_800_000_000, 0))
+	c.Advanced(k, later, 1)
+	if st, ok := c.Get(k); !ok || st.Exists || st.Cursor != 0 || st.Head != 0 || st.Life != later {
+		t.Fatalf("after a wake of a later life: %+v, %v; want the later life, to be read", st, ok)
+	}
+}
+
+// TestReadOfAnotherLife: a read that comes back with another life than the
+// news kept meanwhile is not merged with it.
+func TestReadOfAnotherLife(t *testing.T) {
+	removed := device.LifeAfter(time.Unix(1_800_000_000, 0))
+
+	c := New(0)
+	ticket := c.Begin(k)
+	c.Advanced(k, device.Life{}, 9) // news of the earlier life
+	got := c.Fill(k, ticket, State{Exists: true, Head: 1, Life: removed})
+	if got.Head != 1 || got.Life != removed {
+		t.Fatalf("a read of the later life merged with news of the earlier: %+v", got)
+	}
+
+	c = New(0)
+	ticket = c.Begin(k)
+	c.Advanced(k, removed, 2) // news of a life the read did not see
+	got = c.Fill(k, ticket, State{Exists: true, Cursor: 7, Head: 8})
+	if got.Exists || got.Head != 0 || got.Life != removed {
+		t.Fatalf("a read of the earlier life merged with news of the later: %+v", got)
+	}
+}
+
+// TestAheadOf: the store's word that a cursor is above the head holds for
+// AheadFor, and news that moves the head ends it. With HeadRead left set
+// when the head moves, this goes red (tried): a cursor the new head covers
+// would be refused from memory.
+func TestAheadOf(t *testing.T) {
+	c := New(0)
+	filled(t, c, k, State{Exists: true, Head: 3})
+	now := time.Unix(1_800_000_000, 0)
+	if st, _ := c.Get(k); st.AheadOf(5, now) {
+		t.Fatal("ahead before the store said so")
+	}
+	c.HeadRead(k, 3, now)
+	st, _ := c.Get(k)
+	if !st.AheadOf(5, now.Add(AheadFor/2)) || st.AheadOf(3, now) {
+		t.Fatalf("after the store's word: %+v", st)
+	}
+	if st.AheadOf(5, now.Add(AheadFor)) {
+		t.Fatal("the store's word outlived AheadFor")
+	}
+	c.Advanced(k, device.Life{}, 4)
+	if st, _ := c.Get(k); st.AheadOf(5, now) {
+		t.Fatal("the store's word outlived news that moved the head")
+	}
+	c.HeadRead(k, 3, now) // a read older than the news
+	if st, _ := c.Get(k); st.AheadOf(5, now) {
+		t.Fatal("a word about an older head was kept")
 	}
 }

@@ -2,8 +2,8 @@ package position
 
 import (
 	"sync"
-	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -20,32 +20,32 @@ import (
 // that began before Lost is not trusted.
 type Removals struct {
 	mu       sync.RWMutex
-	m        map[wake.Key]time.Time
+	m        map[wake.Key]device.Life
 	gen      uint64 // bumped by Lost
 	complete bool
 }
 
 // NewRemovals returns an empty list, not complete until its first Fill.
 func NewRemovals() *Removals {
-	return &Removals{m: make(map[wake.Key]time.Time)}
+	return &Removals{m: make(map[wake.Key]device.Life)}
 }
 
-// Get returns k's last removal (zero if never) and true, or false while
-// the list is not complete.
-func (r *Removals) Get(k wake.Key) (time.Time, bool) {
+// Get returns k's current life (begun by its last removal) and true, or
+// false while the list is not complete.
+func (r *Removals) Get(k wake.Key) (device.Life, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if !r.complete {
-		return time.Time{}, false
+		return device.Life{}, false
 	}
 	return r.m[k], true
 }
 
-// Removed is the hub's news that k was removed at at.
-func (r *Removals) Removed(k wake.Key, at time.Time) {
+// Removed is the hub's news that k was removed, which began life.
+func (r *Removals) Removed(k wake.Key, life device.Life) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m[k] = later(r.m[k], at)
+	r.m[k] = r.m[k].Later(life)
 }
 
 // Lost is the hub's news that news may have been missed: the list must be
@@ -67,14 +67,14 @@ func (r *Removals) Begin() uint64 {
 
 // Fill merges a full read begun with Begin's gen and makes the list
 // complete. It reports false, keeping nothing, when Lost came in between.
-func (r *Removals) Fill(gen uint64, read map[wake.Key]time.Time) bool {
+func (r *Removals) Fill(gen uint64, read map[wake.Key]device.Life) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen != r.gen {
 		return false
 	}
-	for k, at := range read {
-		r.m[k] = later(r.m[k], at)
+	for k, life := range read {
+		r.m[k] = r.m[k].Later(life)
 	}
 	r.complete = true
 	return true

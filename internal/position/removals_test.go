@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -11,11 +12,11 @@ var t1 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func removedAt(t *testing.T, r *Removals, k wake.Key) time.Time {
 	t.Helper()
-	at, ok := r.Get(k)
+	life, ok := r.Get(k)
 	if !ok {
 		t.Fatalf("Get(%v): not complete", k)
 	}
-	return at
+	return life.RemovedAt()
 }
 
 func TestRemovalsCompleteOnceFilled(t *testing.T) {
@@ -24,7 +25,7 @@ func TestRemovalsCompleteOnceFilled(t *testing.T) {
 		t.Fatal("Get before any Fill answered; a device removed before start would pass")
 	}
 	laptop := wake.Key{Household: "home", Device: "laptop"}
-	if !r.Fill(r.Begin(), map[wake.Key]time.Time{k: t1}) {
+	if !r.Fill(r.Begin(), map[wake.Key]device.Life{k: device.LifeAfter(t1)}) {
 		t.Fatal("Fill refused without Lost")
 	}
 	if got := removedAt(t, r, k); !got.Equal(t1) {
@@ -44,9 +45,9 @@ func TestRemovalsNewsDuringARead(t *testing.T) {
 	r := NewRemovals()
 	laptop := wake.Key{Household: "home", Device: "laptop"}
 	gen := r.Begin()
-	r.Removed(laptop, t1)                 // after the snapshot: not in the read
-	r.Removed(k, t1.Add(time.Hour))       // removed again after the snapshot
-	read := map[wake.Key]time.Time{k: t1} // the snapshot's removal of phone
+	r.Removed(laptop, device.LifeAfter(t1))                   // after the snapshot: not in the read
+	r.Removed(k, device.LifeAfter(t1.Add(time.Hour)))         // removed again after the snapshot
+	read := map[wake.Key]device.Life{k: device.LifeAfter(t1)} // the snapshot's removal of phone
 	if !r.Fill(gen, read) {
 		t.Fatal("Fill refused without Lost")
 	}
@@ -57,7 +58,7 @@ func TestRemovalsNewsDuringARead(t *testing.T) {
 		t.Errorf("Get(phone) = %v, want the later removal %v", got, t1.Add(time.Hour))
 	}
 	// News older than what is known does not move it back.
-	r.Removed(k, t1)
+	r.Removed(k, device.LifeAfter(t1))
 	if got := removedAt(t, r, k); !got.Equal(t1.Add(time.Hour)) {
 		t.Errorf("Get(phone) after older news = %v, want %v", got, t1.Add(time.Hour))
 	}
@@ -70,13 +71,13 @@ func TestRemovalsLostDuringARead(t *testing.T) {
 	r := NewRemovals()
 	gen := r.Begin()
 	r.Lost()
-	if r.Fill(gen, map[wake.Key]time.Time{}) {
+	if r.Fill(gen, map[wake.Key]device.Life{}) {
 		t.Error("Fill of a read begun before Lost was kept")
 	}
 	if _, ok := r.Get(k); ok {
 		t.Error("Get answered from a read begun before Lost")
 	}
-	if !r.Fill(r.Begin(), map[wake.Key]time.Time{k: t1}) {
+	if !r.Fill(r.Begin(), map[wake.Key]device.Life{k: device.LifeAfter(t1)}) {
 		t.Fatal("Fill of a read begun after Lost refused")
 	}
 	if got := removedAt(t, r, k); !got.Equal(t1) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/flamenet/relay/store"
 )
@@ -23,16 +24,35 @@ func scanDevice(row pgx.CollectableRow) (store.Device, error) {
 	return d, err
 }
 
+// sqlLockName serialises the writes that decide whether a device name is
+// in use: a removal, and a creation or registration checked against it
+// (sqlAdmitted). Taken in a statement of its own, so that the statement
+// after it reads a snapshot taken once a removal that held it committed.
+// The two-key form does not share its key space with migrateLockKey.
+const sqlLockName = `SELECT pg_advisory_xact_lock(1919250021, hashtext($1 || '/' || $2))`
+
+// sqlAdmitted is true when the credential issued at the parameter issued
+// (see the function issued; NULL: no credential to check) was issued after
+// the last removal of household $1's device $2.
+func sqlAdmitted(issued string) string {
+	return `(` + issued + `::timestamptz IS NULL OR NOT EXISTS (SELECT 1 FROM removals
+    WHERE household = $1 AND device = $2 AND removed_at >= ` + issued + `))`
+}
+
 // sqlRegister creates the device or updates only what the call names: a
-// NULL argument keeps the stored value.
-const sqlRegister = `
+// NULL argument keeps the stored value. The removal check and the write
+// are one statement: a credential older than the last removal neither
+// creates the device again nor changes the one registered since.
+var sqlRegister = `
 INSERT INTO devices AS d (household, name, identity_key, push_kind, push_address, registered_at, last_seen)
-VALUES ($1, $2, $3, coalesce($4, ''), coalesce($5, ''), $6, $6)
+SELECT $1, $2, $3::bytea, coalesce($4::text, ''), coalesce($5::text, ''), $6::timestamptz, $6::timestamptz
+WHERE ` + sqlAdmitted("$7") + `
 ON CONFLICT (household, name) DO UPDATE SET
     identity_key = coalesce($3, d.identity_key),
     push_kind    = coalesce($4, d.push_kind),
     push_address = coalesce($5, d.push_address),
     last_seen    = GREATEST(d.last_seen, $6)
+WHERE ` + sqlAdmitted("$7") + `
 RETURNING ` + deviceColumns
 
 // Register creates the device or updates its push target and identity key.
@@ -44,15 +64,37 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	if p.Push != nil {
 		kind, addr = p.Push.Kind, p.Push.Address
 	}
-	rows, err := db.pool.Query(ctx, sqlRegister, p.Household, p.Device, key, kind, addr, micro(p.Now))
-	if err != nil {
+	var (
+		d     store.Device
+		found bool
+	)
+	b := &pgx.Batch{}
+	b.Queue(sqlLockName, p.Household, p.Device)
+	b.Queue(sqlRegister, p.Household, p.Device, key, kind, addr, micro(p.Now), issued(p.IssuedAt)).Query(func(rows pgx.Rows) error {
+		ds, err := pgx.CollectRows(rows, scanDevice)
+		if len(ds) == 1 {
+			d, found = ds[0], true
+		}
+		return err
+	})
+	// A batch without BEGIN runs as one implicit transaction: the lock is
+	// held until the registration commits.
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.Device{}, classify("register", err)
 	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDevice)
-	if err != nil {
-		return store.Device{}, classify("register", err)
+	if !found {
+		return store.Device{}, fmt.Errorf("postgres: register %q: %w", p.Device, store.ErrRemoved)
 	}
 	return d, nil
+}
+
+// issued is a credential's issue time as sqlAdmitted reads it: NULL when
+// there is no credential to check.
+func issued(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: micro(t), Valid: true}
 }
 
 const sqlDevices = `
@@ -98,6 +140,9 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 		return classify("delete device", err)
 	}
 	defer rollback(ctx, tx)
+	if _, err := tx.Exec(ctx, sqlLockName, household, device); err != nil {
+		return classify("delete device: lock", err)
+	}
 	tag, err := tx.Exec(ctx, sqlDeleteDevice, household, device)
 	if err != nil {
 		return classify("delete device", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -79,7 +80,7 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		n++
 		total += s.size
 	}
-	batch := store.Batch{More: n < len(list), RemovedAt: utc(removedAt)}
+	batch := store.Batch{More: n < len(list), Life: device.LifeAfter(utc(removedAt))}
 	if n == 0 {
 		return batch, nil
 	}
@@ -95,7 +96,7 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		e.SentAt = e.SentAt.UTC()
 		batch.Envelopes = append(batch.Envelopes, e)
 		e = store.Envelope{} // Scan reuses the payload slice otherwise
-		batch.RemovedAt = utc(removedAt)
+		batch.Life = device.LifeAfter(utc(removedAt))
 		return nil
 	})
 	if err != nil {
@@ -120,15 +121,15 @@ FROM (VALUES (1)) AS one (x)
 LEFT JOIN devices d ON d.household = $1 AND d.name = $2`
 
 // State reads where a device stands, in one query, writing nothing.
-func (db *DB) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+func (db *DB) State(ctx context.Context, household, name string) (store.DeviceState, error) {
 	var (
 		cursor, head *int64
 		removedAt    *time.Time
 	)
-	if err := db.pool.QueryRow(ctx, sqlState, household, device).Scan(&cursor, &head, &removedAt); err != nil {
+	if err := db.pool.QueryRow(ctx, sqlState, household, name).Scan(&cursor, &head, &removedAt); err != nil {
 		return store.DeviceState{}, classify("state", err)
 	}
-	st := store.DeviceState{Exists: cursor != nil, RemovedAt: utc(removedAt)}
+	st := store.DeviceState{Exists: cursor != nil, Life: device.LifeAfter(utc(removedAt))}
 	if st.Exists {
 		st.Cursor, st.Head = *cursor, *head
 	}
@@ -155,8 +156,8 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 		if !a.Seen.IsZero() {
 			seen[i] = pgtype.Timestamptz{Time: micro(a.Seen), Valid: true}
 		}
-		if !a.RemovedAt.IsZero() {
-			removed[i] = pgtype.Timestamptz{Time: micro(a.RemovedAt), Valid: true}
+		if at := a.Life.RemovedAt(); !at.IsZero() {
+			removed[i] = pgtype.Timestamptz{Time: micro(at), Valid: true}
 		}
 	}
 	var deleted int64
@@ -166,13 +167,20 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 	return deleted, nil
 }
 
-const sqlPosition = `
-SELECT cursor, head, last_seen FROM devices
+// sqlPosition reads a device's position, and whether the credential
+// issued at $3 may act on it.
+var sqlPosition = `
+SELECT cursor, head, last_seen, ` + sqlAdmitted("$3") + ` FROM devices
 WHERE household = $1 AND name = $2`
 
-const sqlCreateDevice = `
+// sqlCreateDevice is a device's implicit registration by its first poll
+// or ack, run after sqlLockName: the removal check and the insert are one
+// statement, so that a credential older than the last removal never
+// registers the device again.
+var sqlCreateDevice = `
 INSERT INTO devices (household, name, registered_at, last_seen)
-VALUES ($1, $2, $3, $3)
+SELECT $1, $2, $3::timestamptz, $3::timestamptz
+WHERE ` + sqlAdmitted("$4") + `
 ON CONFLICT (household, name) DO NOTHING`
 
 // sqlMoveCursor locks the device row first: whoever deletes a device's
@@ -207,17 +215,32 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	var (
 		pos      store.Position
 		lastSeen time.Time
+		admitted bool
 	)
-	err := db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device).Scan(&pos.Cursor, &pos.Head, &lastSeen)
+	cred := issued(p.IssuedAt)
+	err := db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := db.pool.Exec(ctx, sqlCreateDevice, p.Household, p.Device, now); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(sqlLockName, p.Household, p.Device)
+		b.Queue(sqlCreateDevice, p.Household, p.Device, now, cred)
+		// One implicit transaction: the lock is held until the insert
+		// commits.
+		if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 			return store.Position{}, classify("ack: create device", err)
 		}
-		// Read again: a concurrent register may have won, with its own row.
-		err = db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device).Scan(&pos.Cursor, &pos.Head, &lastSeen)
+		// Read again: a concurrent register may have won, with its own
+		// row, or the removal check kept the device out.
+		err = db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			admitted = false
+			err = nil
+		}
 	}
 	if err != nil {
 		return store.Position{}, classify("ack: read", err)
+	}
+	if !admitted {
+		return store.Position{}, fmt.Errorf("postgres: ack %q: %w", p.Device, store.ErrRemoved)
 	}
 	// head only grows, so a cursor within this head stays within it.
 	if p.Cursor > pos.Head {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -59,9 +59,9 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 		removed pgtype.Timestamptz
 	)
 	_, err = pgx.ForEachRow(rows, []any{&d.Device, &d.Seq, &d.Push.Kind, &d.Push.Address, &d.Pending, &repeat, &removed}, func() error {
-		d.RemovedAt = time.Time{}
+		d.Life = device.Life{}
 		if removed.Valid {
-			d.RemovedAt = removed.Time.UTC()
+			d.Life = device.LifeAfter(removed.Time)
 		}
 		res.Deliveries = append(res.Deliveries, d)
 		res.Repeat = repeat

@@ -38,23 +38,48 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	now := micros(p.Now)
 	var d store.Device
 	err := db.write(ctx, "register", func(tx *sql.Tx) error {
+		// The removal check and the write are one statement, under the
+		// single writer: a credential older than the last removal neither
+		// creates the device again nor changes the one registered since.
 		var err error
 		d, err = scanDevice(tx.QueryRowContext(ctx, `INSERT INTO devices
 			(household, name, identity_key, push_kind, push_address, registered_at, last_seen)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6 WHERE `+admitted("?8")+`
 			ON CONFLICT (household, name) DO UPDATE SET
 				identity_key = coalesce(excluded.identity_key, identity_key),
 				push_kind    = CASE WHEN ?7 THEN excluded.push_kind ELSE push_kind END,
 				push_address = CASE WHEN ?7 THEN excluded.push_address ELSE push_address END,
 				last_seen    = max(last_seen, excluded.last_seen)
+			WHERE `+admitted("?8")+`
 			RETURNING `+deviceColumns,
-			p.Household, p.Device, key, push.Kind, push.Address, now, setPush))
+			p.Household, p.Device, key, push.Kind, push.Address, now, setPush, issued(p.IssuedAt)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: register %q: %w", p.Device, store.ErrRemoved)
+		}
 		return err
 	})
 	if err != nil {
 		return store.Device{}, err
 	}
 	return d, nil
+}
+
+// admitted is true when the credential issued at the parameter issued (see
+// the function issued) was issued after the last removal of household ?1's
+// device ?2. (Parameters are numbered, not named: SQLite numbers a named
+// one by where it first appears, which may be where ?1 is.)
+func admitted(issued string) string {
+	return `(` + issued + ` IS NULL OR NOT EXISTS (SELECT 1 FROM removals
+	WHERE household = ?1 AND device = ?2 AND removed_at >= ` + issued + `))`
+}
+
+// issued is the argument admitted reads: a credential's issue time in
+// micros, or NULL when there is no credential to check.
+func issued(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return micros(t)
 }
 
 // Devices lists a household's devices by name, after p.After. A limit of

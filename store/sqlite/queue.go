@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -17,10 +19,15 @@ const lastSeenStep = time.Minute
 // registers a device it does not know. It reads on a reader first and takes
 // the writer only when something must change.
 func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error) {
-	var cursor, head, seen int64
-	err := db.reader.QueryRowContext(ctx, `SELECT cursor, head, last_seen FROM devices
-		WHERE household = ? AND name = ?`, p.Household, p.Device).Scan(&cursor, &head, &seen)
+	var (
+		cursor, head, seen int64
+		ok                 bool
+	)
+	err := db.reader.QueryRowContext(ctx, `SELECT cursor, head, last_seen, `+admitted("?3")+` FROM devices
+		WHERE household = ?1 AND name = ?2`, p.Household, p.Device, issued(p.IssuedAt)).Scan(&cursor, &head, &seen, &ok)
 	switch {
+	case err == nil && !ok:
+		return store.Position{}, fmt.Errorf("sqlite: ack %q: %w", p.Device, store.ErrRemoved)
 	case err == nil:
 		if p.Cursor > head {
 			return store.Position{Cursor: cursor, Head: head}, &store.CursorAheadError{Head: head}
@@ -35,15 +42,22 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	var pos store.Position
 	var ahead error
 	err = db.write(ctx, "ack", func(tx *sql.Tx) error {
-		// Read again under the write lock: the reader's row may be a send
-		// or an ack behind.
+		// The removal check and the insert are one statement, under the
+		// single writer: a credential older than the last removal never
+		// registers the device again. Then read again under the write
+		// lock: the reader's row may be a send or an ack behind.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO devices (household, name, registered_at, last_seen)
-			VALUES (?, ?, ?, ?) ON CONFLICT (household, name) DO NOTHING`,
-			p.Household, p.Device, micros(p.Now), micros(p.Now)); err != nil {
+			SELECT ?1, ?2, ?3, ?3 WHERE `+admitted("?4")+` ON CONFLICT (household, name) DO NOTHING`,
+			p.Household, p.Device, micros(p.Now), issued(p.IssuedAt)); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT cursor, head FROM devices WHERE household = ? AND name = ?`,
-			p.Household, p.Device).Scan(&pos.Cursor, &pos.Head); err != nil {
+		var ok bool
+		err := tx.QueryRowContext(ctx, `SELECT cursor, head, `+admitted("?3")+` FROM devices WHERE household = ?1 AND name = ?2`,
+			p.Household, p.Device, issued(p.IssuedAt)).Scan(&pos.Cursor, &pos.Head, &ok)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && !ok {
+			return fmt.Errorf("sqlite: ack %q: %w", p.Device, store.ErrRemoved)
+		}
+		if err != nil {
 			return err
 		}
 		if p.Cursor > pos.Head {
@@ -69,7 +83,7 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 			pos.Cursor = p.Cursor
 			pos.Acked = n
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE devices SET last_seen = max(last_seen, ?) WHERE household = ? AND name = ?`,
+		_, err = tx.ExecContext(ctx, `UPDATE devices SET last_seen = max(last_seen, ?) WHERE household = ? AND name = ?`,
 			micros(p.Now), p.Household, p.Device)
 		return err
 	})
@@ -116,7 +130,7 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		n, more := prefix(sizes, p.Limit, p.Budget)
 		b.More = more
 		// The removal, in the snapshot that read (and will load) the rows.
-		if b.RemovedAt, err = removedAt(ctx, tx, p.Household, p.Device); err != nil {
+		if b.Life, err = life(ctx, tx, p.Household, p.Device); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -149,35 +163,35 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 	return b, nil
 }
 
-// removedAt reads a device's last removal; zero if it never was removed.
-func removedAt(ctx context.Context, q querier, household, device string) (time.Time, error) {
+// life reads the life a device is in: begun by its last removal, if any.
+func life(ctx context.Context, q querier, household, name string) (device.Life, error) {
 	var at int64
 	err := q.QueryRowContext(ctx, `SELECT removed_at FROM removals WHERE household = ? AND device = ?`,
-		household, device).Scan(&at)
+		household, name).Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return time.Time{}, nil
+		return device.Life{}, nil
 	case err != nil:
-		return time.Time{}, err
+		return device.Life{}, err
 	}
-	return fromMicros(at), nil
+	return device.LifeAfter(fromMicros(at)), nil
 }
 
 // State reads where a device stands, in one statement on a reader.
-func (db *DB) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+func (db *DB) State(ctx context.Context, household, name string) (store.DeviceState, error) {
 	var (
 		cursor, head, removed sql.NullInt64
 	)
 	err := db.reader.QueryRowContext(ctx, `SELECT d.cursor, d.head,
 			(SELECT removed_at FROM removals WHERE household = ?1 AND device = ?2)
 		FROM (SELECT 1) LEFT JOIN devices d ON d.household = ?1 AND d.name = ?2`,
-		household, device).Scan(&cursor, &head, &removed)
+		household, name).Scan(&cursor, &head, &removed)
 	if err != nil {
 		return store.DeviceState{}, wrap(ctx, "state", err)
 	}
 	st := store.DeviceState{Exists: cursor.Valid, Cursor: cursor.Int64, Head: head.Int64}
 	if removed.Valid {
-		st.RemovedAt = fromMicros(removed.Int64)
+		st.Life = device.LifeAfter(fromMicros(removed.Int64))
 	}
 	return st, nil
 }
@@ -208,8 +222,8 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 		if !a.Seen.IsZero() {
 			w.seen = max(w.seen, micros(a.Seen))
 		}
-		if !a.RemovedAt.IsZero() {
-			w.removed = max(w.removed, micros(a.RemovedAt))
+		if at := a.Life.RemovedAt(); !at.IsZero() {
+			w.removed = max(w.removed, micros(at))
 		}
 		merged[k] = w
 	}

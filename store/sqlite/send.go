@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -132,7 +133,7 @@ func send(ctx context.Context, q querier, p store.SendParams, to []string) (stor
 			p.Household, dev, seq, ref, p.Sender, p.ID, now, size, nonNil(p.Payload)); err != nil {
 			return res, err
 		}
-		res.Deliveries = append(res.Deliveries, store.Delivery{Device: dev, Seq: seq, Push: rs[i].push, Pending: true, RemovedAt: removalTime(rs[i].removed)})
+		res.Deliveries = append(res.Deliveries, store.Delivery{Device: dev, Seq: seq, Push: rs[i].push, Pending: true, Life: device.LifeAfter(removalTime(rs[i].removed))})
 	}
 	return res, nil
 }
@@ -173,7 +174,7 @@ func repeat(ctx context.Context, q querier, p store.SendParams, digest []byte) (
 		if err != nil {
 			return store.SendResult{}, err
 		}
-		out.RemovedAt = removalTime(removed)
+		out.Life = device.LifeAfter(removalTime(removed))
 		res.Deliveries = append(res.Deliveries, out)
 	}
 	return res, nil

@@ -232,8 +232,8 @@ func ConcurrentAcks(t *testing.T, s store.Store) {
 	var final []store.Ack
 	for _, d := range all {
 		// Knowing of every removal so far, so that the ack is this life's.
-		removed := state(t, s, d.household, d.name).RemovedAt
-		final = append(final, store.Ack{Household: d.household, Device: d.name, Cursor: math.MaxInt64, RemovedAt: removed})
+		life := state(t, s, d.household, d.name).Life
+		final = append(final, store.Ack{Household: d.household, Device: d.name, Cursor: math.MaxInt64, Life: life})
 	}
 	ackMany(t, s, final...)
 	for _, d := range all {

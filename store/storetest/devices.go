@@ -331,3 +331,58 @@ func testClearPush(t *testing.T, open Opener) {
 		t.Errorf("delivery Push = %+v after ClearPush, want empty", res.Deliveries[0].Push)
 	}
 }
+
+// testStaleCredential: a credential issued at or before a device's last
+// removal neither creates the device again (a first poll's implicit
+// registration, an explicit one) nor acts on the device registered since;
+// one issued after it does. Zero IssuedAt checks nothing.
+func testStaleCredential(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	register(t, s, hh, "a")
+	removed := t0.Add(time.Minute)
+	if err := s.DeleteDevice(ctx(t), hh, "a", removed); err != nil {
+		t.Fatal(err)
+	}
+	for _, issued := range []time.Time{t0, removed} { // before, and at the same microsecond
+		_, err := s.Ack(ctx(t), store.AckParams{Household: hh, Device: "a", Cursor: -1, Now: removed.Add(time.Second), IssuedAt: issued})
+		if !errors.Is(err, store.ErrRemoved) {
+			t.Errorf("first poll of a credential issued at %v, device removed at %v: %v, want ErrRemoved", issued, removed, err)
+		}
+		_, err = s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "a", Now: removed.Add(time.Second), IssuedAt: issued})
+		if !errors.Is(err, store.ErrRemoved) {
+			t.Errorf("register of a credential issued at %v, device removed at %v: %v, want ErrRemoved", issued, removed, err)
+		}
+		if st := state(t, s, hh, "a"); st.Exists {
+			t.Fatalf("a stale credential (issued %v) created the removed device again: %+v", issued, st)
+		}
+	}
+
+	fresh := removed.Add(time.Microsecond)
+	if _, err := s.Ack(ctx(t), store.AckParams{Household: hh, Device: "a", Cursor: -1, Now: fresh, IssuedAt: fresh}); err != nil {
+		t.Fatalf("first poll of a credential issued after the removal: %v", err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	d, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "a", IdentityKey: key, Now: fresh, IssuedAt: fresh})
+	if err != nil || string(d.IdentityKey) != string(key) {
+		t.Fatalf("register of a credential issued after the removal = %+v, %v", d, err)
+	}
+	sendOK(t, s, store.SendParams{Sender: "x", ID: "1", To: []string{"a"}, Payload: []byte("x")})
+
+	// The device of the new life is out of the old credential's reach.
+	other := []byte("fedcba9876543210fedcba9876543210")
+	if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "a", IdentityKey: other, Now: fresh, IssuedAt: t0}); !errors.Is(err, store.ErrRemoved) {
+		t.Errorf("a stale register of the device registered since: %v, want ErrRemoved", err)
+	}
+	if _, err := s.Ack(ctx(t), store.AckParams{Household: hh, Device: "a", Cursor: 1, Now: fresh, IssuedAt: t0}); !errors.Is(err, store.ErrRemoved) {
+		t.Errorf("a stale ack of the device registered since: %v, want ErrRemoved", err)
+	}
+	if ds := listAll(t, s, hh); len(ds) != 1 || string(ds[0].IdentityKey) != string(key) {
+		t.Errorf("after stale calls the directory holds %+v, want a with its new key", ds)
+	}
+	if st := state(t, s, hh, "a"); !st.Exists || st.Cursor != 0 || st.Head != 1 {
+		t.Errorf("after stale calls a stands at %+v, want cursor 0, head 1", st)
+	}
+
+	// Without a credential to check (tools, tests), nothing is refused.
+	register(t, s, hh, "a")
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -102,11 +103,11 @@ func testState(t *testing.T, open Opener) {
 	if err := s.DeleteDevice(ctx(t), hh, "a", at); err != nil {
 		t.Fatal(err)
 	}
-	if got := state(t, s, hh, "a"); got.Exists || got.Cursor != 0 || got.Head != 0 || !got.RemovedAt.Equal(at) {
+	if got := state(t, s, hh, "a"); got.Exists || got.Cursor != 0 || got.Head != 0 || got.Life != device.LifeAfter(at) {
 		t.Errorf("State(removed a) = %+v, want not existing, removed at %v", got, at)
 	}
 	register(t, s, hh, "a")
-	if got := state(t, s, hh, "a"); !got.Exists || got.Cursor != 0 || got.Head != 0 || !got.RemovedAt.Equal(at) {
+	if got := state(t, s, hh, "a"); !got.Exists || got.Cursor != 0 || got.Head != 0 || got.Life != device.LifeAfter(at) {
 		t.Errorf("State(re-registered a) = %+v, want existing at 0, 0, removed at %v", got, at)
 	}
 }
@@ -123,25 +124,25 @@ func testFetchRemovedAt(t *testing.T, open Opener) {
 		}
 		return b
 	}
-	if b := fetch(0); len(b.Envelopes) != 1 || !b.RemovedAt.IsZero() {
-		t.Errorf("Fetch of a never removed device = %d envelopes, RemovedAt %v, want 1 and zero", len(b.Envelopes), b.RemovedAt)
+	if b := fetch(0); len(b.Envelopes) != 1 || !b.Life.IsZero() {
+		t.Errorf("Fetch of a never removed device = %d envelopes, Life %v, want 1 and zero", len(b.Envelopes), b.Life)
 	}
 
 	at := t0.Add(time.Minute)
 	if err := s.DeleteDevice(ctx(t), hh, "a", at); err != nil {
 		t.Fatal(err)
 	}
-	if b := fetch(0); len(b.Envelopes) != 0 || !b.RemovedAt.Equal(at) {
-		t.Errorf("Fetch of a removed device = %d envelopes, RemovedAt %v, want none and %v", len(b.Envelopes), b.RemovedAt, at)
+	if b := fetch(0); len(b.Envelopes) != 0 || b.Life != device.LifeAfter(at) {
+		t.Errorf("Fetch of a removed device = %d envelopes, Life %v, want none and %v", len(b.Envelopes), b.Life, at)
 	}
 	register(t, s, hh, "a")
 	sendOK(t, s, store.SendParams{Sender: "b", ID: "2", To: []string{"a"}, Payload: []byte("new")})
 	b := fetch(0)
-	if len(b.Envelopes) != 1 || b.Envelopes[0].ID != "2" || !b.RemovedAt.Equal(at) {
-		t.Errorf("Fetch after re-register = %+v, want the new envelope with RemovedAt %v", b, at)
+	if len(b.Envelopes) != 1 || b.Envelopes[0].ID != "2" || b.Life != device.LifeAfter(at) {
+		t.Errorf("Fetch after re-register = %+v, want the new envelope with Life %v", b, at)
 	}
-	if b := fetch(1); len(b.Envelopes) != 0 || !b.RemovedAt.Equal(at) {
-		t.Errorf("empty Fetch after re-register: RemovedAt %v, want %v", b.RemovedAt, at)
+	if b := fetch(1); len(b.Envelopes) != 0 || b.Life != device.LifeAfter(at) {
+		t.Errorf("empty Fetch after re-register: Life %v, want %v", b.Life, at)
 	}
 }
 
@@ -255,7 +256,7 @@ func testAckMany(t *testing.T, open Opener) {
 			t.Errorf("after the old life's ack: stored %v, want [1 2 3]", got)
 		}
 		// Taken knowing of the removal: it applies.
-		if n := ackMany(t, s, store.Ack{Household: hh, Device: "a", Cursor: 2, RemovedAt: removed}); n != 2 {
+		if n := ackMany(t, s, store.Ack{Household: hh, Device: "a", Cursor: 2, Life: device.LifeAfter(removed)}); n != 2 {
 			t.Errorf("the new life's ack deleted %d, want 2", n)
 		}
 		checkPending(t, s, hh, "a")
@@ -484,7 +485,7 @@ func testSendRemovedAt(t *testing.T, open Opener) {
 	register(t, s, hh, "a")
 	for _, id := range []string{"1", "1"} { // the second is a repeat
 		res := sendOK(t, s, store.SendParams{Sender: "x", ID: id, To: []string{"a", "b"}, Payload: []byte("x")})
-		if len(res.Deliveries) != 2 || !res.Deliveries[0].RemovedAt.Equal(removed) || !res.Deliveries[1].RemovedAt.IsZero() {
+		if len(res.Deliveries) != 2 || res.Deliveries[0].Life != device.LifeAfter(removed) || !res.Deliveries[1].Life.IsZero() {
 			t.Fatalf("deliveries (repeat %v) = %+v, want a removed at %v and b never", res.Repeat, res.Deliveries, removed)
 		}
 	}

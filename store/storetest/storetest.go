@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"RepeatWakes", testRepeatWakes},
 		{"Devices", testDevices},
 		{"Delete", testDelete},
+		{"StaleCredential", testStaleCredential},
 		{"Removals", testRemovals},
 		{"ClearPush", testClearPush},
 		{"Expire", testExpire},

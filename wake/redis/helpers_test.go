@@ -327,7 +327,7 @@ func wakes(head int64, keys ...wake.Key) []wake.Wake {
 }
 
 // publishCounter is a go-redis hook that counts what a client publishes:
-// pipelines, and publish commands by message kind ('W', 'R', 'H', 'L').
+// pipelines, and publish commands by message kind ('V', 'R', 'H', 'L').
 type publishCounter struct {
 	mu        sync.Mutex
 	pipelines map[byte]int // pipelines that carried a message of the kind

@@ -7,23 +7,27 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
 // A message on a shard channel is one byte of kind, the sender's instance
 // id, then a body:
 //
-//	'W' wakes:     (household, device, head, envelope)...   one or more;
-//	               envelope is the relay's own encoding, empty for none
+//	'V' wakes:     (household, device, life, head, envelope)...   one or
+//	               more; life is the unix micros of the removal that began
+//	               the device's life (0: never removed); envelope is the
+//	               relay's own encoding, empty for none
 //	'R' removal:   household, device, unix nanos
 //	'H' heartbeat: the sender's own clock stamp   (only the sender reads it)
 //	'L' lost:      nothing: "I failed to publish wakes; re-read the store"
 //
 // Strings are a uvarint length and the bytes; numbers are varints. A
 // receiver skips its own messages by the id and ignores kinds it does not
-// know, so a newer relay may add kinds.
+// know, so a newer relay may add kinds. ('W', wakes without their life,
+// is no longer sent or read.)
 const (
-	kindWakes   = 'W'
+	kindWakes   = 'V'
 	kindRemoval = 'R'
 	kindBeat    = 'H'
 	kindLost    = 'L'
@@ -51,6 +55,11 @@ func appendString(b []byte, s string) []byte {
 func appendWake(b []byte, w wake.Wake) []byte {
 	b = appendString(b, w.Key.Household)
 	b = appendString(b, w.Key.Device)
+	var life int64
+	if at := w.Life.RemovedAt(); !at.IsZero() {
+		life = at.UnixMicro()
+	}
+	b = binary.AppendVarint(b, life)
 	b = binary.AppendVarint(b, w.Head)
 	b = binary.AppendUvarint(b, uint64(len(w.Envelope)))
 	return append(b, w.Envelope...)
@@ -114,9 +123,13 @@ func (m *message) nextKey() (wake.Key, error) {
 	return wake.Key{Household: h, Device: d}, nil
 }
 
-// nextWake reads one wake of a 'W' message.
+// nextWake reads one wake of a 'V' message.
 func (m *message) nextWake() (wake.Wake, error) {
 	k, err := m.nextKey()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	life, err := m.nextInt()
 	if err != nil {
 		return wake.Wake{}, err
 	}
@@ -129,6 +142,9 @@ func (m *message) nextWake() (wake.Wake, error) {
 		return wake.Wake{}, err
 	}
 	w := wake.Wake{Key: k, Head: head}
+	if life != 0 {
+		w.Life = device.LifeAfter(time.UnixMicro(life))
+	}
 	if env != "" {
 		w.Envelope = []byte(env)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -13,6 +14,7 @@ func TestMessageRoundTrip(t *testing.T) {
 	ws := []wake.Wake{
 		{Key: wake.Key{Household: "home", Device: "phone"}, Head: 42},
 		{Key: wake.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40, Envelope: []byte("an envelope\x00of any bytes")},
+		{Key: wake.Key{Household: "home", Device: "phone"}, Life: device.LifeAfter(time.UnixMicro(1700000000123456)), Head: 1},
 	}
 	b := header(kindWakes, id)
 	for _, w := range ws {
@@ -24,7 +26,7 @@ func TestMessageRoundTrip(t *testing.T) {
 	}
 	for _, want := range ws {
 		got, err := m.nextWake()
-		if err != nil || got.Key != want.Key || got.Head != want.Head || string(got.Envelope) != string(want.Envelope) {
+		if err != nil || got.Key != want.Key || got.Life != want.Life || got.Head != want.Head || string(got.Envelope) != string(want.Envelope) {
 			t.Fatalf("got %+v %v, want %+v", got, err, want)
 		}
 	}

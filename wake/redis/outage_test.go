@@ -260,7 +260,7 @@ func TestRedisPaused(t *testing.T) {
 
 	// The breaker is open: Signal fails at once and sends nothing.
 	eventually(t, 3*time.Second, "A unhealthy", func() bool { return a.hub.Health() != nil })
-	_, before := pc.get('W')
+	_, before := pc.get('V')
 	for range 10 {
 		start := time.Now()
 		err := a.hub.Signal(context.Background(), wakes(1, dev(3)))
@@ -271,7 +271,7 @@ func TestRedisPaused(t *testing.T) {
 			t.Fatalf("Signal with the breaker open took %v", d)
 		}
 	}
-	if _, after := pc.get('W'); after != before {
+	if _, after := pc.get('V'); after != before {
 		t.Fatalf("Signal with the breaker open published %d wake messages", after-before)
 	}
 	if n := a.counter(t, "fn_redis_breaker_skips_total"); n < 10 {

@@ -110,7 +110,7 @@ func TestSignalOneMessagePerShard(t *testing.T) {
 	if err := a.hub.Signal(context.Background(), ws); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
-	if pipes, pubs := pc.get('W'); pipes != 1 || pubs != len(shards) {
+	if pipes, pubs := pc.get('V'); pipes != 1 || pubs != len(shards) {
 		t.Fatalf("Signal to %d devices on %d shards: %d pipelines, %d publishes; want 1 and %d", n, len(shards), pipes, pubs, len(shards))
 	}
 	for i := range n {
