@@ -34,12 +34,16 @@ import (
 // answers, with its whole duration. A client that hangs up while parked is
 // logged and counted here, as a held poll's hang-up is.
 //
-// Only plain HTTP/1.1 polls without a body park; anything else (HTTP/2,
+// Only plain HTTP/1.1 polls without a body park, and only when their
+// request, rebuilt, fits the server's header bound; anything else (HTTP/2,
 // Connection: close, a handler served without Serve) waits as before, as
 // every poll does with FN_PARK_POLLS=off: parking trades CPU (each answer
 // reads its request again) for memory.
 type parking struct {
 	ln *parkListener
+	// maxHead is the server's MaxHeaderBytes: a poll whose head, rebuilt,
+	// is longer does not park.
+	maxHead int
 	// now is how many polls are parked.
 	now atomic.Int64
 
@@ -48,8 +52,11 @@ type parking struct {
 	wg     sync.WaitGroup // parked polls not yet handed back
 }
 
-func newParking(addr net.Addr) *parking {
-	return &parking{ln: &parkListener{conns: make(chan net.Conn), closed: make(chan struct{}), addr: addr}}
+func newParking(addr net.Addr, maxHead int) *parking {
+	if maxHead <= 0 {
+		maxHead = http.DefaultMaxHeaderBytes // net/http's own when unset
+	}
+	return &parking{maxHead: maxHead, ln: &parkListener{conns: make(chan net.Conn), closed: make(chan struct{}), addr: addr}}
 }
 
 // add counts a poll in; false once closing began.
@@ -235,6 +242,14 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 		return false
 	}
 	req.WriteString("\r\n")
+	// Rebuilt, the head can be longer than as sent (Header.Write puts a
+	// space after each colon): past the server's bound it would be refused
+	// 431 when read again, after the whole wait. Such a poll waits here.
+	// The bound is below net/http's own (it adds 4 KiB of slack), so a
+	// head that passes it is always read again.
+	if req.Len() > pk.maxHead {
+		return false
+	}
 
 	if !pk.add() {
 		return false

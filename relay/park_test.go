@@ -195,3 +195,54 @@ func TestParkedPollOutlivesItsToken(t *testing.T) {
 	// A new request with the token is refused: only the held poll lives on.
 	h.must("GET", "/v1/poll", phone, nil, http.StatusUnauthorized)
 }
+
+// TestParkedPollWithManyHeaders: a poll whose headers fit net/http's limit
+// as sent, but not as a parked poll's replay rebuilds them (Header.Write
+// adds a space to each "X:1" line), is answered as a held poll is, woken
+// or at the end of its wait, and logged and counted once. Replayed, it was
+// refused 431 by net/http after its whole hold, with no line and no count.
+func TestParkedPollWithManyHeaders(t *testing.T) {
+	for _, woken := range []bool{true, false} {
+		t.Run(fmt.Sprint("woken=", woken), func(t *testing.T) {
+			h, log := accessHarness(t, nil)
+			phone, laptop := h.register("home", "phone"), h.register("home", "laptop")
+			wait, want, envelopes := "30", pollDelivered, 1
+			if !woken {
+				wait, want, envelopes = "1", pollEmpty, 0
+			}
+			req := getRequest(h, "/v1/poll?wait="+wait, phone)
+			req = strings.TrimSuffix(req, "\r\n") + strings.Repeat("X:1\r\n", 3600) + "\r\n"
+			// net/http reads a request's head up to MaxHeaderBytes and 4 KiB
+			// of its reader's slack; one byte more per line must cross that.
+			if limit := maxHeaderBytes + 4096; len(req) > limit || len(req)+3600 <= limit {
+				t.Fatalf("a request of %d bytes does not cross the line at %d", len(req), limit)
+			}
+			before := pollCounts(h)
+			c, br := rawConn(t, h)
+			if _, err := c.Write([]byte(req)); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
+			if woken {
+				h.send(laptop, "m1", []byte("hello"), "phone")
+			}
+
+			status, body := readReply(t, br)
+			var p pollResponse
+			if err := json.Unmarshal([]byte(body), &p); status != http.StatusOK || err != nil || len(p.Envelopes) != envelopes {
+				t.Fatalf("poll answered %d %s", status, body)
+			}
+			if _, err := c.Write([]byte(getRequest(h, "/live", ""))); err != nil {
+				t.Fatal(err)
+			}
+			if status, body := readReply(t, br); status != http.StatusOK || body != "ok\n" {
+				t.Fatalf("next request on the connection: %d %q", status, body)
+			}
+			line := waitLine(t, log, func(l map[string]any) bool { return l["route"] == "/v1/poll" })
+			if field(line, "status") != "200" || field(line, "outcome") != want || field(line, "device") != "phone" {
+				t.Errorf("poll's line = %v", line)
+			}
+			countedOnce(t, h, before, want)
+		})
+	}
+}

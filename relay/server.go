@@ -292,13 +292,16 @@ func (rd *readiness) check(ctx context.Context, ping func(context.Context) error
 	return err
 }
 
+// maxHeaderBytes bounds a request's head (net/http adds 4 KiB of slack).
+const maxHeaderBytes = 16 << 10
+
 // Serve serves on ln until Shutdown. It returns nil after a clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// No WriteTimeout: it would cut held polls. Polls end by their own
 		// deadline; request bodies get a read deadline in guardBody.
@@ -317,7 +320,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.http = srv
-	s.parking = newParking(ln.Addr())
+	s.parking = newParking(ln.Addr(), srv.MaxHeaderBytes)
 	s.mu.Unlock()
 	parked := make(chan error, 1)
 	go func() { parked <- srv.Serve(s.parking.ln) }()
