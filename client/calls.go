@@ -42,7 +42,7 @@ func (c *Client) SendOnce(ctx context.Context, id string, to []string, payload [
 // and nothing is stored twice: pick a fresh id (NewID) per send, not per
 // attempt. It retries no answer, 429, 500 and 503, pausing as backoff
 // says; 400, 401, 403, 404 (unknown_device included), 409 and 413 return
-// at once as a *Error.
+// at once as a *Error, a redirect to another origin as a *RedirectError.
 func (c *Client) Send(ctx context.Context, id string, to []string, payload []byte) (SendResult, error) {
 	bo := c.newBackoff()
 	for {
@@ -113,7 +113,8 @@ func retryable(err error) bool {
 	if errors.As(err, &e) {
 		return e.Temporary()
 	}
-	return true
+	var r *RedirectError
+	return !errors.As(err, &r)
 }
 
 // backoff is the pause between retries the protocol asks for: at least

@@ -65,7 +65,9 @@ type Option func(*Client)
 // that costs. Leave hc's Timeout 0 and the client bounds each request
 // itself; set it and it bounds every request instead, held polls too, so
 // it must be longer than the poll wait plus a margin, or Listen refuses to
-// start.
+// start. The client uses a copy of hc (same Transport, Jar and Timeout)
+// whose CheckRedirect refuses a redirect to another origin before hc's own
+// CheckRedirect is asked; hc itself is not changed.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithCodec picks JSON (the default) or MessagePack.
@@ -91,7 +93,8 @@ func WithLogf(logf func(format string, args ...any)) Option {
 }
 
 // New makes a client of the relay at baseURL (http://host:port, no path)
-// acting with token.
+// acting with token. The token goes to baseURL's origin only: a redirect
+// to another scheme, host or port is not followed (*RedirectError).
 func New(baseURL, token string, opts ...Option) (*Client, error) {
 	c := &Client{
 		base:           strings.TrimRight(baseURL, "/"),
@@ -108,6 +111,11 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	if c.hc == nil {
 		c.hc = &http.Client{}
 	}
+	// A copy, so that the caller's client, perhaps shared with code that
+	// must follow redirects, keeps its own CheckRedirect.
+	hc := *c.hc
+	hc.CheckRedirect = sameOriginOnly(c.hc.CheckRedirect)
+	c.hc = &hc
 	switch {
 	case !strings.HasPrefix(c.base, "http://") && !strings.HasPrefix(c.base, "https://"):
 		return nil, fmt.Errorf("client: base URL %q is not http:// or https://", baseURL)

@@ -34,8 +34,8 @@ type Handler func(ctx context.Context, e Envelope) error
 //
 // Listen returns nil when ctx ends (also while h runs: an h that returns an
 // error because ctx ended counts as stopped, not failed), the error of h
-// or of cursors, or a *Error for an answer that retrying cannot fix (400,
-// 401, 403, 404).
+// or of cursors, a *Error for an answer that retrying cannot fix (400,
+// 401, 403, 404), or a *RedirectError.
 func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) error {
 	if c.wait < 1 {
 		return errors.New("client: Listen needs a poll wait of at least 1 s")
