@@ -118,9 +118,10 @@ func retryable(err error) bool {
 }
 
 // backoff is the pause between retries the protocol asks for: at least
-// Retry-After (1 s when the answer had none, or there was no answer), doubled
-// on each refusal in a row up to a cap, plus a random extra of up to as much
-// again so that refused clients do not come back together.
+// Retry-After (1 s when the answer had none, or there was no answer; never
+// more than MaxRetryAfter), doubled on each refusal in a row up to a cap,
+// plus a random extra of up to as much again so that refused clients do not
+// come back together.
 type backoff struct {
 	max time.Duration
 	n   int // refusals in a row

@@ -41,6 +41,11 @@ const (
 	// maxAnswer bounds what is read of one answer: a poll returns at most
 	// 2 MiB of payload (FN_POLL_BUDGET_BYTES) plus one envelope beyond it.
 	maxAnswer = 64 << 20
+	// MaxRetryAfter caps the Retry-After the client honours, as the
+	// TypeScript client does. The relay asks for 1 to 5 s; a larger value
+	// comes from a misconfigured proxy, and waiting days for it would stop
+	// the client as surely as a tight loop floods the relay.
+	MaxRetryAfter = time.Minute
 )
 
 // Client talks to one relay as one device (the token's). It is safe for
@@ -83,7 +88,8 @@ func WithWait(seconds int) Option { return func(c *Client) { c.wait = seconds } 
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.requestTimeout = d } }
 
 // WithMaxBackoff caps the doubling of the pause between retries (default
-// one minute).
+// one minute). A Retry-After above it is still honoured, up to
+// MaxRetryAfter.
 func WithMaxBackoff(d time.Duration) Option { return func(c *Client) { c.maxBackoff = d } }
 
 // WithLogf receives one line per retry and recovery (for diagnostics; the
@@ -188,7 +194,8 @@ type Error struct {
 	Message string
 	Head    int64  // with cursor_ahead: the device's head
 	Limit   string // with a 429: which limit refused
-	// RetryAfter is the answer's Retry-After (0 when absent).
+	// RetryAfter is the answer's Retry-After, at most MaxRetryAfter (0
+	// when absent or not in seconds).
 	RetryAfter time.Duration
 }
 
@@ -288,8 +295,20 @@ func answerError(resp *http.Response, codec Codec, b []byte) *Error {
 		}
 		e.Message = strings.ToValidUTF8(msg, "?")
 	}
-	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s >= 0 {
-		e.RetryAfter = time.Duration(s) * time.Second
-	}
+	e.RetryAfter = retryAfter(resp.Header.Get("Retry-After"))
 	return e
+}
+
+// retryAfter reads Retry-After's whole seconds, capped at MaxRetryAfter
+// before it becomes a Duration, which a large value would overflow.
+func retryAfter(h string) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" || strings.Trim(h, "0123456789") != "" {
+		return 0 // absent, or an HTTP date, which the relay never sends
+	}
+	s, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || s > int64(MaxRetryAfter/time.Second) {
+		return MaxRetryAfter // digits past int64 are past the cap too
+	}
+	return time.Duration(s) * time.Second
 }

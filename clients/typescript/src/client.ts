@@ -1,4 +1,4 @@
-import { Backoff, sleep } from "./backoff.js";
+import { Backoff, MAX_RETRY_AFTER_SECONDS, sleep, timerMs } from "./backoff.js";
 import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
 import type { CursorStore } from "./cursor.js";
 import { MemoryCursorStore } from "./cursor.js";
@@ -23,7 +23,10 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   /** Bound of each request other than a held poll (default 30 s). */
   requestTimeoutMs?: number;
-  /** Cap of the doubling pause between retries (default 60 s). */
+  /**
+   * Cap of the doubling pause between retries (default 60 s). A
+   * Retry-After above it is still honoured, up to MAX_RETRY_AFTER_SECONDS.
+   */
   maxBackoffMs?: number;
   /** Receives one line per retry and recovery; silent by default. */
   log?: (line: string) => void;
@@ -283,7 +286,7 @@ export class RelayClient {
     const timer = setTimeout(() => {
       timedOut = true;
       ctl.abort();
-    }, timeoutMs);
+    }, timerMs(timeoutMs));
     const noAnswer = (e: unknown): Error => {
       if (signal?.aborted) return abortError(signal);
       const why = timedOut ? `no answer within ${timeoutMs} ms` : e instanceof Error ? e.message : String(e);
@@ -319,8 +322,11 @@ export class RelayClient {
 }
 
 function answerError(resp: Response, text: string): RelayError {
+  // Whole seconds only (the relay never sends an HTTP date), capped: a
+  // misconfigured proxy's huge value must neither stall nor, past
+  // setTimeout's range, spin the client.
   const ra = (resp.headers.get("Retry-After") ?? "").trim();
-  const retryAfter = /^\d{1,9}$/.test(ra) ? Number(ra) : undefined;
+  const retryAfter = /^\d+$/.test(ra) ? Math.min(Number(ra), MAX_RETRY_AFTER_SECONDS) : undefined;
   let body: Partial<wire.ErrorBody> | undefined;
   try {
     const v: unknown = JSON.parse(text);

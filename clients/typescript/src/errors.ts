@@ -13,7 +13,7 @@ export class RelayError extends Error {
   readonly head: number | undefined;
   /** With a 429: which limit refused. */
   readonly limit: string | undefined;
-  /** The answer's Retry-After in seconds, when it had one. */
+  /** The answer's Retry-After in seconds, at most 60 (MAX_RETRY_AFTER_SECONDS), when it had one. */
   readonly retryAfter: number | undefined;
 
   constructor(status: number, body: Partial<ErrorBody> | undefined, retryAfter: number | undefined, fallback = "") {
