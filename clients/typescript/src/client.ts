@@ -13,6 +13,12 @@ export const DEFAULT_WAIT = 20;
  * network add to it.
  */
 const POLL_MARGIN_MS = 15_000;
+/**
+ * The most of one answer that is read, as in the Go client: a poll returns
+ * at most 2 MiB of payload (FN_POLL_BUDGET_BYTES) plus one envelope beyond
+ * it, in base64; anything near this is not the relay's.
+ */
+export const MAX_ANSWER_BYTES = 64 << 20;
 
 export interface ClientOptions {
   /** The relay's base URL: http(s)://host:port, without a path. */
@@ -303,7 +309,7 @@ export class RelayClient {
       let text: string;
       try {
         resp = await this.fetchFn(this.url + path, init);
-        text = await resp.text();
+        text = await readAnswer(resp);
       } catch (e) {
         throw noAnswer(e);
       }
@@ -319,6 +325,32 @@ export class RelayClient {
       signal?.removeEventListener("abort", onAbort);
     }
   }
+}
+
+/**
+ * The answer's body as text, read as it streams in and given up on past
+ * MAX_ANSWER_BYTES, so that a hostile or broken server cannot fill the
+ * client's memory.
+ */
+async function readAnswer(resp: Response): Promise<string> {
+  if (!resp.body) return "";
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  const parts: string[] = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.byteLength;
+    if (n > MAX_ANSWER_BYTES) {
+      // Cancelling closes the connection: nothing more is received.
+      await reader.cancel().catch(() => {});
+      throw new Error(`the answer is larger than ${MAX_ANSWER_BYTES >> 20} MiB`);
+    }
+    parts.push(decoder.decode(value, { stream: true }));
+  }
+  parts.push(decoder.decode());
+  return parts.join("");
 }
 
 function answerError(resp: Response, text: string): RelayError {

@@ -1,6 +1,6 @@
 // The relay client for browsers and Node 20+: nothing here imports a Node
 // module (the Node-only cursor file is in ./node.js).
-export { RelayClient, newId, DEFAULT_WAIT } from "./client.js";
+export { RelayClient, newId, DEFAULT_WAIT, MAX_ANSWER_BYTES } from "./client.js";
 export { MAX_RETRY_AFTER_SECONDS } from "./backoff.js";
 export type { ClientOptions, Envelope, PollResult, PollOptions, SendOptions, Handler, ListenOptions } from "./client.js";
 export { MemoryCursorStore } from "./cursor.js";

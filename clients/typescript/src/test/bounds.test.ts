@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { describe, test } from "node:test";
 
 import { Backoff } from "../backoff.js";
-import { MAX_RETRY_AFTER_SECONDS, NoAnswerError, RelayClient, RelayError } from "../index.js";
+import { MAX_ANSWER_BYTES, MAX_RETRY_AFTER_SECONDS, NoAnswerError, RelayClient, RelayError } from "../index.js";
 
 interface Fake {
   url: string;
@@ -97,4 +97,69 @@ describe("timers", () => {
       await fake.close();
     }
   });
+});
+
+describe("answer size", () => {
+  const empty = `{"cursor":0,"more":false,"envelopes":[]}`;
+  const MiB = Buffer.alloc(1 << 20, " ");
+
+  /**
+   * A fake whose poll answer is an empty poll padded with white space to
+   * size bytes (valid JSON at any size), chunked, written as fast as the
+   * client reads; written resolves to the bytes written once the answer
+   * ended or its connection closed.
+   */
+  async function padded(size: number): Promise<Fake & { written: Promise<number> }> {
+    let settle: (n: number) => void;
+    const written = new Promise<number>((resolve) => (settle = resolve));
+    const fake = await fakeRelay(async (_req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      let n = 0;
+      res.on("close", () => settle(n));
+      // Backpressure: a client that stops reading stops the writing.
+      const write = (b: Buffer | string) =>
+        new Promise<void>((resolve) => {
+          n += Buffer.byteLength(b);
+          if (res.write(b)) return resolve();
+          const go = () => {
+            res.off("drain", go).off("close", go);
+            resolve();
+          };
+          res.on("drain", go).on("close", go);
+        });
+      await write(empty);
+      while (n < size && !res.destroyed) await write(MiB.subarray(0, Math.min(MiB.length, size - n)));
+      res.end();
+    });
+    return { ...fake, written };
+  }
+
+  test("an answer of exactly MAX_ANSWER_BYTES is read", async () => {
+    const fake = await padded(MAX_ANSWER_BYTES);
+    try {
+      const c = new RelayClient({ url: fake.url, token: "tok" });
+      assert.deepEqual(await c.poll({ cursor: 0 }), { cursor: 0, more: false, envelopes: [] });
+      assert.equal(await fake.written, MAX_ANSWER_BYTES);
+    } finally {
+      await fake.close();
+    }
+  });
+
+  for (const size of [MAX_ANSWER_BYTES + 1, 256 << 20]) {
+    test(`an answer of ${size} bytes is refused, and reading stops past the bound`, async () => {
+      const fake = await padded(size);
+      try {
+        const c = new RelayClient({ url: fake.url, token: "tok" });
+        const err = await c.poll({ cursor: 0 }).catch((e: unknown) => e);
+        assert.ok(err instanceof NoAnswerError, `want a NoAnswerError, got ${err instanceof Error ? String(err) : JSON.stringify(err)}`);
+        assert.match(err.message, /^GET \/v1\/poll\?wait=0&cursor=0: the answer is larger than 64 MiB$/);
+        // The client closed the connection: the server wrote the bound
+        // and what the sockets' buffers held, not the whole answer.
+        const n = await fake.written;
+        assert.ok(n <= MAX_ANSWER_BYTES + (16 << 20), `the server wrote ${n} bytes`);
+      } finally {
+        await fake.close();
+      }
+    });
+  }
 });
