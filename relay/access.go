@@ -131,7 +131,7 @@ func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) 
 }
 
 func (s *Server) writeAccess(ctx context.Context, l accessLine) {
-	if refusal(l.status, l.code) && !s.refusalLines.allow(time.Now()) {
+	if refusal(l.status) && !s.refusalLines.allow(time.Now()) {
 		return
 	}
 	var buf [16]slog.Attr
@@ -156,14 +156,13 @@ func (s *Server) writeAccess(ctx context.Context, l accessLine) {
 	s.accessLogs.LogAttrs(ctx, accessLevel, "request", attrs...)
 }
 
-// refusal reports whether an answer is one that anyone can provoke with
-// junk: a 4xx other than a cursor_ahead 409 (a client catching up after a
-// restore) and a 429 (which takes a valid token), and not a hangup.
-func refusal(status int, code string) bool {
+// refusal reports whether an answer is one that a client can provoke in a
+// loop: a 4xx other than a 429 (which a client's own bucket already
+// bounds), and not a hangup. A cursor_ahead 409 counts: one token can ask
+// for it as fast as it likes.
+func refusal(status int) bool {
 	switch {
 	case status < 400 || status > 499, status == statusHangup, status == http.StatusTooManyRequests:
-		return false
-	case status == http.StatusConflict && code == codeCursorAhead:
 		return false
 	}
 	return true
