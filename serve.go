@@ -93,6 +93,8 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		SendBurst:           c.SendBurst,
 		HouseholdSendRate:   c.HouseholdSendRate,
 		HouseholdSendBurst:  c.HouseholdSendBurst,
+		DevicePollRate:      c.DevicePollRate,
+		DevicePollBurst:     c.DevicePollBurst,
 		MaxHouseholdPending: c.MaxHouseholdPending,
 		MaxHeldPolls:        heldPolls,
 		AccessLog:           c.AccessLog,

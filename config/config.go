@@ -55,6 +55,8 @@ type Config struct {
 	SendBurst            int
 	HouseholdSendRate    float64
 	HouseholdSendBurst   int
+	DevicePollRate       float64
+	DevicePollBurst      int
 	MaxHouseholdPending  int64
 	MaxHeldPolls         int // 0: derived from the open-file limit
 	EnvelopeTTL          time.Duration
@@ -251,6 +253,19 @@ var settings = []Setting{
 	{"FN_HOUSEHOLD_SEND_BURST", "1000", "sends one household may make in a burst above its rate", func(c *Config, v string) error {
 		n, err := positive(v, 1<<30)
 		c.HouseholdSendBurst = int(n)
+		return err
+	}},
+	{"FN_DEVICE_POLL_RATE", "10", "polls per second admitted for one device that do not move its cursor (its own token bucket); past it a poll gets 429 rate_limited", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return errors.New("want a positive number")
+		}
+		c.DevicePollRate = f
+		return nil
+	}},
+	{"FN_DEVICE_POLL_BURST", "100", "polls that do not move its cursor one device may make in a burst above its rate", func(c *Config, v string) error {
+		n, err := positive(v, 1<<30)
+		c.DevicePollBurst = int(n)
 		return err
 	}},
 	{"FN_MAX_HOUSEHOLD_PENDING_BYTES", "536870912", "unacknowledged payload bytes one household's devices may hold in all before sends to it get 429 queue_full", func(c *Config, v string) error {

@@ -18,6 +18,7 @@ const (
 	limitHouseholdRate    = "household_send_rate"
 	limitDevicePending    = "device_pending"
 	limitHouseholdPending = "household_pending"
+	limitDevicePollRate   = "device_poll_rate"
 )
 
 // admit passes a household's send through the in-flight limit, the
@@ -48,39 +49,95 @@ func rateLimited(limit, msg string) *httpError {
 	return &httpError{Status: http.StatusTooManyRequests, Code: codeRateLimited, Limit: limit, Message: msg}
 }
 
-// households holds each household's send bucket. A bucket that has filled
-// up again is the same as a new one, so idle households are forgotten
-// whenever the map grows past householdsSweep: memory follows the
-// households sending now, not every household ever seen.
-type households struct {
+// admitPoll passes a poll whose device's cursor, acknowledged, stands at
+// cursor. A poll that moved the cursor past every earlier poll of the
+// device is free: it is progress, and there is at most one per envelope
+// delivered. Any other (a held poll's end, a re-read of what was already
+// answered) takes a token from the device's bucket, which a correct client
+// never empties.
+func (s *Server) admitPoll(k wake.Key, cursor int64) error {
+	if s.devicePolls.allow(k, cursor, s.now()) {
+		return nil
+	}
+	s.metrics.refusals.WithLabelValues(refusedDevicePollRate).Inc()
+	return rateLimited(limitDevicePollRate, "This device polls too fast without moving its cursor; try again.")
+}
+
+// devicePolls is each device's poll bucket and the highest cursor one of
+// its polls stood at. Idle devices are forgotten as in buckets: a device
+// forgotten starts with a full bucket, and its next poll is not free.
+type devicePolls struct {
 	rate  rate.Limit
 	burst int
 
 	mu sync.Mutex
-	m  map[string]*rate.Limiter
+	m  map[wake.Key]*devicePoll
 }
 
-// householdsSweep is the map size past which idle buckets are dropped.
-const householdsSweep = 4096
-
-func newHouseholds(r float64, burst int) households {
-	return households{rate: rate.Limit(r), burst: burst, m: make(map[string]*rate.Limiter)}
+type devicePoll struct {
+	bucket *rate.Limiter
+	cursor int64
 }
 
-func (h *households) allow(household string, now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	l, ok := h.m[household]
+func newDevicePolls(r float64, burst int) devicePolls {
+	return devicePolls{rate: rate.Limit(r), burst: burst, m: make(map[wake.Key]*devicePoll)}
+}
+
+func (d *devicePolls) allow(k wake.Key, cursor int64, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.m[k]
 	if !ok {
-		if len(h.m) >= householdsSweep {
-			for k, v := range h.m {
-				if v.TokensAt(now) >= float64(h.burst) {
-					delete(h.m, k)
+		if len(d.m) >= bucketsSweep {
+			for k, v := range d.m {
+				if v.bucket.TokensAt(now) >= float64(d.burst) {
+					delete(d.m, k)
 				}
 			}
 		}
-		l = rate.NewLimiter(h.rate, h.burst)
-		h.m[household] = l
+		p = &devicePoll{bucket: rate.NewLimiter(d.rate, d.burst), cursor: cursor}
+		d.m[k] = p
+	} else if cursor > p.cursor {
+		p.cursor = cursor
+		return true
+	}
+	return p.bucket.AllowN(now, 1)
+}
+
+// buckets holds a token bucket for each key (a household's sends, a
+// device's polls). A bucket that has filled up again is the same as a new
+// one, so idle keys are forgotten whenever the map grows past
+// bucketsSweep: memory follows the keys active now, not every key ever
+// seen.
+type buckets[K comparable] struct {
+	rate  rate.Limit
+	burst int
+
+	mu sync.Mutex
+	m  map[K]*rate.Limiter
+}
+
+// bucketsSweep is the map size past which idle buckets are dropped.
+const bucketsSweep = 4096
+
+func newBuckets[K comparable](r float64, burst int) buckets[K] {
+	return buckets[K]{rate: rate.Limit(r), burst: burst, m: make(map[K]*rate.Limiter)}
+}
+
+func (b *buckets[K]) allow(key K, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, ok := b.m[key]
+	if !ok {
+		if len(b.m) >= bucketsSweep {
+			for k, v := range b.m {
+				if v.TokensAt(now) >= float64(b.burst) {
+					delete(b.m, k)
+				}
+			}
+		}
+		l = rate.NewLimiter(b.rate, b.burst)
+		b.m[key] = l
 	}
 	return l.AllowN(now, 1)
 }

@@ -186,3 +186,30 @@ func TestGates(t *testing.T) {
 		t.Errorf("%d gates left after every send left", n)
 	}
 }
+
+// TestDevicePollRate: a device whose polls do not move its cursor, faster
+// than its bucket, is refused 429 with Retry-After and limit
+// device_poll_rate; a poll that moves the cursor still passes, and another
+// device of the same household is not touched. Without admitPoll in
+// startPoll this goes red (tried): every poll answered 200.
+func TestDevicePollRate(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DevicePollRate, c.DevicePollBurst = 0.001, 5 })
+	phone := h.register("home", "phone")
+	tablet := h.register("home", "tablet")
+	for range 5 {
+		h.must("GET", "/v1/poll?cursor=0&wait=0", phone, nil, http.StatusOK)
+	}
+	r := h.must("GET", "/v1/poll?cursor=0&wait=0", phone, nil, http.StatusTooManyRequests)
+	var e errorBody
+	r.json(t, &e)
+	if e.Error != codeRateLimited || e.Limit != limitDevicePollRate || r.header.Get("Retry-After") == "" {
+		t.Fatalf("the sixth poll: %s (Retry-After %q)", r.body, r.header.Get("Retry-After"))
+	}
+	h.must("GET", "/v1/poll?cursor=0&wait=0", tablet, nil, http.StatusOK)
+	h.send(tablet, "1", []byte("x"), "phone")
+	h.must("GET", "/v1/poll?cursor=1&wait=0", phone, nil, http.StatusOK) // progress: free
+	h.must("GET", "/v1/poll?cursor=1&wait=0", phone, nil, http.StatusTooManyRequests)
+	if n := testutil.ToFloat64(h.srv.metrics.refusals.WithLabelValues(refusedDevicePollRate)); n != 2 {
+		t.Fatalf("%v poll refusals counted, want 2", n)
+	}
+}

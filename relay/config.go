@@ -26,12 +26,15 @@ type Config struct {
 
 	// RelayReplicas above 1: the relays share the store and wake each
 	// other through the hub, which the server then watches.
-	RelayReplicas       int
-	SendInflight        int
-	SendRate            float64
-	SendBurst           int
-	HouseholdSendRate   float64
-	HouseholdSendBurst  int
+	RelayReplicas      int
+	SendInflight       int
+	SendRate           float64
+	SendBurst          int
+	HouseholdSendRate  float64
+	HouseholdSendBurst int
+	// DevicePollRate and DevicePollBurst are one device's poll bucket.
+	DevicePollRate      float64
+	DevicePollBurst     int
 	MaxHouseholdPending int64
 	MaxHeldPolls        int // 0: no cap
 

@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 			return nil, err
 		}
 	}
-	for _, r := range []string{refusedInflight, refusedRate, refusedHouseholdRate, refusedHeldPolls} {
+	for _, r := range []string{refusedInflight, refusedRate, refusedHouseholdRate, refusedHeldPolls, refusedDevicePollRate} {
 		m.refusals.WithLabelValues(r) // show zero before the first refusal
 	}
 	for _, r := range tokenRefusalReasons {
@@ -140,6 +140,8 @@ const (
 	refusedRate          = "send_rate"
 	refusedHouseholdRate = "household_send_rate"
 	refusedHeldPolls     = "held_polls"
+	// refusedDevicePollRate: a device's polls came faster than its bucket.
+	refusedDevicePollRate = "device_poll_rate"
 )
 
 // poolCollector exports the store's connection pool.

@@ -110,6 +110,8 @@ func TestOpenAPIStatuses(t *testing.T) {
 		c.MaxPendingEnvelopes = 1
 		c.MaxHeldPolls = 1
 	})
+	// A device's poll bucket holds one poll that does not move its cursor.
+	polls := newHarness(t, func(c *Config) { c.DevicePollBurst, c.DevicePollRate = 1, 1e-9 })
 	// Every store call runs out of time: 503 unavailable.
 	slow := newHarness(t, func(c *Config) { c.StoreTimeout = time.Nanosecond })
 	// The store's database is closed under the relay: an error the relay
@@ -174,6 +176,8 @@ func TestOpenAPIStatuses(t *testing.T) {
 		{h: h, op: "GET /v1/poll", path: "/v1/poll?cursor=1&cursor=2", dev: phone, status: 400, code: codeBadRequest},
 		{h: h, op: "GET /v1/poll", path: "/v1/poll", status: 401, code: codeUnauthorized},
 		{h: h, op: "GET /v1/poll", path: "/v1/poll?cursor=999", dev: phone, status: 409, code: codeCursorAhead},
+		{h: polls, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, status: 200},
+		{h: polls, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, status: 429, code: codeRateLimited, limit: limitDevicePollRate},
 		{h: broken, op: "GET /v1/poll", path: "/v1/poll", dev: phone, status: 500, code: codeInternal},
 		{h: slow, op: "GET /v1/poll", path: "/v1/poll", dev: phone, status: 503, code: codeUnavailable},
 

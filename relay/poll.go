@@ -116,6 +116,11 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 	if p.pos, err = s.acknowledge(ctx, c, q.cursor); err != nil {
 		return p, err
 	}
+	if rs == nil { // a parked poll read again was admitted when it came
+		if err := s.admitPoll(key, p.pos.Cursor); err != nil {
+			return p, err
+		}
+	}
 	if s.afterFirstRead != nil {
 		s.afterFirstRead(key)
 	}
@@ -215,7 +220,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if len(batch.Envelopes) == 0 {
 		// Nothing stored up to the head (expired unread): later polls
 		// need not look again until the head moves.
-		s.positions.Empty(key, pos.Head)
+		s.positions.Empty(key, pos.Life, pos.Head)
 		return false, nil
 	}
 	// Read in the same snapshot as the envelopes: a removal this relay has
@@ -311,7 +316,7 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 			return pos, err
 		}
 		if cursor > pos.Head {
-			s.positions.HeadRead(key, pos.Head, now)
+			s.positions.HeadRead(key, pos.Life, pos.Head, now)
 		}
 	}
 	// Whatever memory knew when the token was checked, the life read here
@@ -328,7 +333,7 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 		seen = now
 	}
 	if cursor > pos.Cursor {
-		s.positions.Acked(key, cursor)
+		s.positions.Acked(key, pos.Life, cursor)
 		pos.Cursor = cursor
 		s.acks.add(key, cursor, seen, pos.Life)
 	} else if !seen.IsZero() {

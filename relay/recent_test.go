@@ -44,17 +44,17 @@ func TestRecentIsBounded(t *testing.T) {
 }
 
 // TestHouseholdBucketsAreBounded: buckets of households that stopped
-// sending (full again) are forgotten once the map passes householdsSweep,
-// so memory follows the households sending now. Without the sweep the map
+// sending (full again) are forgotten once the map passes bucketsSweep, so
+// memory follows the households sending now. Without the sweep the map
 // held every household ever seen (tried).
 func TestHouseholdBucketsAreBounded(t *testing.T) {
-	h := newHouseholds(10, 5)
+	h := newBuckets[string](10, 5)
 	now := time.Unix(1_800_000_000, 0)
-	for i := range 3 * householdsSweep {
+	for i := range 3 * bucketsSweep {
 		// Each household sends once, then a second passes: full again.
 		h.allow(fmt.Sprint("h", i), now.Add(time.Duration(i)*time.Second))
 	}
-	if n := len(h.m); n > householdsSweep+1 {
-		t.Fatalf("%d household buckets kept, sweep at %d", n, householdsSweep)
+	if n := len(h.m); n > bucketsSweep+1 {
+		t.Fatalf("%d household buckets kept, sweep at %d", n, bucketsSweep)
 	}
 }

@@ -83,7 +83,8 @@ type Server struct {
 	held        atomic.Int64 // polls currently held (waiting)
 	inflight    chan struct{}
 	limiter     *rate.Limiter
-	households  households
+	households  buckets[string]
+	devicePolls devicePolls
 	gates       *gates // nil: the store queues sends per device itself
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
@@ -115,20 +116,21 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("relay: a store and a wake hub are required")
 	}
 	s := &Server{
-		cfg:        cfg,
-		keys:       cfg.IssuerKeys,
-		positions:  deps.Positions,
-		hub:        deps.Hub,
-		push:       deps.Push,
-		log:        deps.Logger,
-		accessLogs: deps.AccessLogger,
-		now:        deps.Now,
-		inflight:   make(chan struct{}, cfg.SendInflight),
-		limiter:    rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
-		households: newHouseholds(cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
-		refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		done:       make(chan struct{}),
+		cfg:         cfg,
+		keys:        cfg.IssuerKeys,
+		positions:   deps.Positions,
+		hub:         deps.Hub,
+		push:        deps.Push,
+		log:         deps.Logger,
+		accessLogs:  deps.AccessLogger,
+		now:         deps.Now,
+		inflight:    make(chan struct{}, cfg.SendInflight),
+		limiter:     rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
+		households:  newBuckets[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
+		devicePolls: newDevicePolls(cfg.DevicePollRate, cfg.DevicePollBurst),
+		refusedLog:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		ackLog:      rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		done:        make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

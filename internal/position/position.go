@@ -182,9 +182,19 @@ func (c *Cache) update(k wake.Key, fn func(e *entry)) bool {
 	return true
 }
 
-// Acked records that k acknowledged up to cursor (never moving it down).
-func (c *Cache) Acked(k wake.Key, cursor int64) {
-	c.update(k, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
+// updateLife is update for news of the life life only.
+func (c *Cache) updateLife(k wake.Key, life device.Life, fn func(e *entry)) {
+	c.update(k, func(e *entry) {
+		if e.Life.Compare(life) == 0 {
+			fn(e)
+		}
+	})
+}
+
+// Acked records that k acknowledged up to cursor in its life life (never
+// moving it down).
+func (c *Cache) Acked(k wake.Key, life device.Life, cursor int64) {
+	c.updateLife(k, life, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
 }
 
 // Registered records that k registered at now (a registration does not
@@ -198,9 +208,10 @@ func (c *Cache) Registered(k wake.Key, now time.Time) {
 	})
 }
 
-// Empty records that a read found nothing stored above after up to upTo.
-func (c *Cache) Empty(k wake.Key, upTo int64) {
-	c.update(k, func(e *entry) { e.Floor = max(e.Floor, upTo) })
+// Empty records that a read of k's life life found nothing stored above
+// after up to upTo.
+func (c *Cache) Empty(k wake.Key, life device.Life, upTo int64) {
+	c.updateLife(k, life, func(e *entry) { e.Floor = max(e.Floor, upTo) })
 }
 
 // Touch records that k's activity was recorded at seen, and reports whether
@@ -256,11 +267,11 @@ func (e *entry) advance(head int64) {
 	}
 }
 
-// HeadRead records that the store said at now that k's head is head, to a
-// cursor above it (see State.AheadOf); kept only if memory's head is the
-// same.
-func (c *Cache) HeadRead(k wake.Key, head int64, now time.Time) {
-	c.update(k, func(e *entry) {
+// HeadRead records that the store said at now that k's head in its life
+// life is head, to a cursor above it (see State.AheadOf); kept only if
+// memory's head is the same.
+func (c *Cache) HeadRead(k wake.Key, life device.Life, head int64, now time.Time) {
+	c.updateLife(k, life, func(e *entry) {
 		if e.Head == head {
 			e.HeadRead = now
 		}

@@ -107,8 +107,8 @@ func TestBounded(t *testing.T) {
 func TestAckedAndTouched(t *testing.T) {
 	c := New(0)
 	filled(t, c, k, State{Exists: true, Cursor: 2, Head: 9})
-	c.Acked(k, 5)
-	c.Acked(k, 3)
+	c.Acked(k, device.Life{}, 5)
+	c.Acked(k, device.Life{}, 3)
 	if st, _ := c.Get(k); st.Cursor != 5 {
 		t.Fatalf("cursor = %d, want 5", st.Cursor)
 	}
@@ -116,7 +116,7 @@ func TestAckedAndTouched(t *testing.T) {
 	if !c.Touch(k, now, time.Minute) || c.Touch(k, now.Add(time.Second), time.Minute) || !c.Touch(k, now.Add(time.Minute), time.Minute) {
 		t.Fatal("activity not due exactly once a minute")
 	}
-	c.Empty(k, 9)
+	c.Empty(k, device.Life{}, 9)
 	if st, _ := c.Get(k); st.Pending(5) {
 		t.Fatal("pending after a read found nothing up to the head")
 	}
@@ -172,6 +172,7 @@ func TestLateWakeOfEarlierLife(t *testing.T) {
 	c.Registered(k, time.Unix(1_800_000_001, 0))
 	c.Advanced(k, removed, 1)
 	c.Advanced(k, device.Life{}, 7)
+	c.Acked(k, device.Life{}, 4) // a poll of the earlier life, late
 	if st, _ := c.Get(k); !st.Exists || st.Head != 1 || st.Cursor != 0 {
 		t.Fatalf("the next life = %+v, want head 1, cursor 0", st)
 	}
@@ -224,7 +225,7 @@ func TestAheadOf(t *testing.T) {
 	if st, _ := c.Get(k); st.AheadOf(5, now) {
 		t.Fatal("ahead before the store said so")
 	}
-	c.HeadRead(k, 3, now)
+	c.HeadRead(k, device.Life{}, 3, now)
 	st, _ := c.Get(k)
 	if !st.AheadOf(5, now.Add(AheadFor/2)) || st.AheadOf(3, now) {
 		t.Fatalf("after the store's word: %+v", st)
@@ -236,7 +237,7 @@ func TestAheadOf(t *testing.T) {
 	if st, _ := c.Get(k); st.AheadOf(5, now) {
 		t.Fatal("the store's word outlived news that moved the head")
 	}
-	c.HeadRead(k, 3, now) // a read older than the news
+	c.HeadRead(k, device.Life{}, 3, now) // a read older than the news
 	if st, _ := c.Get(k); st.AheadOf(5, now) {
 		t.Fatal("a word about an older head was kept")
 	}
