@@ -152,7 +152,7 @@ func TestJSONLogsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if p.out.Len() > 0 {
@@ -268,8 +268,8 @@ func startCmd(t *testing.T, cmd *exec.Cmd, vars map[string]string) *process {
 	return p
 }
 
-// stop sends SIGTERM and returns the exit error and how long it took.
-func (p *process) stop(t *testing.T) (error, time.Duration) {
+// stop sends SIGTERM and returns how long the process took to exit and its exit error.
+func (p *process) stop(t *testing.T) (time.Duration, error) {
 	t.Helper()
 	begin := time.Now()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -277,11 +277,11 @@ func (p *process) stop(t *testing.T) (error, time.Duration) {
 	}
 	select {
 	case err := <-p.done:
-		return err, time.Since(begin)
+		return time.Since(begin), err
 	case <-time.After(30 * time.Second):
 		p.cmd.Process.Kill()
 		t.Fatal("relay did not stop on SIGTERM")
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -337,7 +337,7 @@ func TestSIGTERMKeepsPending(t *testing.T) {
 		}
 		held <- err
 	}()
-	err, took := p.stop(t)
+	took, err := p.stop(t)
 	if err != nil {
 		t.Fatalf("relay exit: %v", err)
 	}
@@ -359,7 +359,7 @@ func TestSIGTERMKeepsPending(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("after restart %d envelopes, want %d", len(got), n)
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatalf("second exit: %v", err)
 	}
 }
@@ -390,7 +390,7 @@ func TestFirstRun(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"device":"phone"`) {
 		t.Fatalf("register with the minted token: %d %s", code, body)
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"go run . token -household home -device phone", "curl", "http://" + p.addr + "/v1/register"} {
@@ -440,7 +440,7 @@ func TestTwoReplicas(t *testing.T) {
 	}
 	b.documented(t)
 	for _, p := range []*process{a, b} {
-		if err, _ := p.stop(t); err != nil {
+		if _, err := p.stop(t); err != nil {
 			t.Fatalf("replica exit: %v", err)
 		}
 	}
@@ -524,7 +524,7 @@ func TestReplicaStartsWithoutRedis(t *testing.T) {
 		t.Fatalf("go-redis wrote %d unstructured dial lines:\n%s", n, b.logs())
 	}
 	for _, p := range []*process{a, b} {
-		if err, _ := p.stop(t); err != nil {
+		if _, err := p.stop(t); err != nil {
 			t.Fatalf("replica exit: %v", err)
 		}
 	}
@@ -699,7 +699,7 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("%s discloses %q %v", path, b, resp.Header)
 		}
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -734,7 +734,7 @@ func TestPprofOptIn(t *testing.T) {
 	if code := get("http://" + p.metrics + "/metrics"); code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 
@@ -754,7 +754,7 @@ func TestPprofOptIn(t *testing.T) {
 	if code := get("http://" + p.pprof + "/metrics"); code != http.StatusNotFound {
 		t.Errorf("profiles listener /metrics: %d, want 404", code)
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -806,7 +806,7 @@ func TestLowFileLimit(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -912,7 +912,7 @@ func TestCrashWithAcksInFlight(t *testing.T) {
 		}
 	}
 	t.Logf("%d envelopes delivered again after the crash (their acks were not yet written)", redelivered)
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatalf("relay exit: %v", err)
 	}
 }

@@ -68,7 +68,7 @@ func TestKeyRotation(t *testing.T) {
 		held <- heldAnswer{code: resp.StatusCode, body: b}
 	}()
 	waitMetric(t, p, "fn_held_polls", 1)
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatalf("relay exit: %v", err)
 	}
 	h := <-held
@@ -97,7 +97,7 @@ func TestKeyRotation(t *testing.T) {
 	if ids, cursor := pollIDs(t, base, phoneNew, 1, 0); len(ids) != 1 || ids[0] != "m2" || cursor != 2 {
 		t.Fatalf("poll with the new key after the rotation: %v cursor %d, want [m2] cursor 2", ids, cursor)
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatalf("relay exit: %v", err)
 	}
 

@@ -40,7 +40,7 @@ func TestVersion(t *testing.T) {
 	if !strings.Contains(p.logs(), "version="+ver) {
 		t.Fatalf("the serving line does not name the version:\n%s", p.logs())
 	}
-	if err, _ := p.stop(t); err != nil {
+	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
 }

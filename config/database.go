@@ -32,7 +32,7 @@ func ParseDatabaseURL(v string) (Database, error) {
 	if strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://") {
 		return Database{Kind: Postgres, DSN: v}, nil
 	}
-	return Database{}, errors.New("want sqlite:PATH or postgres://...")
+	return Database{}, errors.New("want sqlite:PATH or a postgres:// URL")
 }
 
 // URL is the database as FN_DATABASE_URL spells it.

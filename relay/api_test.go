@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -290,5 +289,3 @@ func TestLiveAndReady(t *testing.T) {
 	h.shutdown()
 }
 
-// b64 keeps payload literals in tables short.
-func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

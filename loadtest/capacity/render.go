@@ -79,10 +79,7 @@ func render(entries []entry) []byte {
 	renderNew(&b, entries)
 
 	b.WriteString("\n#### Where they ran\n\n")
-	rows = rows[:0]
-	for _, m := range machines(entries) {
-		rows = append(rows, m)
-	}
+	rows = append(rows[:0], machines(entries)...)
 	table(&b, []string{"CPU", "Cores", "OS", "Go", "Open files (tester / relay)", "Runs"}, "lrllll", rows)
 	return []byte(b.String())
 }

@@ -152,7 +152,7 @@ func testDevices(t *testing.T, open Opener) {
 	if !phone.RegisteredAt.Equal(t0) || !phone.LastSeen.Equal(t0) {
 		t.Errorf("phone timestamps = %v, %v, want %v", phone.RegisteredAt, phone.LastSeen, t0)
 	}
-	if all[0].IdentityKey != nil && len(all[0].IdentityKey) != 0 {
+	if len(all[0].IdentityKey) != 0 {
 		t.Errorf("laptop IdentityKey = %x, want none", all[0].IdentityKey)
 	}
 

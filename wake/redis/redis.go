@@ -127,8 +127,8 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// ErrBreakerOpen: Redis is known to be failing, so Signal and Remove did
-// not try it. Held polls elsewhere learn of the send by a fallback round.
+// ErrBreakerOpen means Redis is known to be failing, so Signal and Remove
+// did not try it. Held polls elsewhere learn of the send by a fallback round.
 var ErrBreakerOpen = errors.New("wake: redis failing; publish skipped")
 
 var (
