@@ -300,7 +300,10 @@ export class RelayClient {
     };
     try {
       const headers: Record<string, string> = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
-      const init: RequestInit = { method, headers, signal: ctl.signal };
+      // No redirect is followed: the relay never answers one, and one to
+      // another origin would carry the body there (fetch drops only the
+      // token), as the Go client refuses it.
+      const init: RequestInit = { method, headers, signal: ctl.signal, redirect: "error" };
       if (body !== undefined) {
         headers["Content-Type"] = "application/json";
         init.body = JSON.stringify(body);

@@ -99,6 +99,34 @@ describe("timers", () => {
   });
 });
 
+describe("redirects", () => {
+  test("a redirect to another origin carries neither the token nor the body there", async () => {
+    const elsewhere: string[] = [];
+    const other = await fakeRelay((req, res) => {
+      let body = "";
+      req.on("data", (b) => (body += b));
+      req.on("end", () => {
+        elsewhere.push(`${req.method} ${req.url} ${req.headers.authorization ?? ""} ${body}`);
+        res.writeHead(202, { "Content-Type": "application/json" });
+        res.end(JSON.stringify({ id: "x", deliveries: [] }));
+      });
+    });
+    const fake = await fakeRelay((req, res) => {
+      res.writeHead(307, { Location: other.url + req.url });
+      res.end();
+    });
+    try {
+      const c = new RelayClient({ url: fake.url, token: "secret-token" });
+      await assert.rejects(c.sendOnce(["phone"], "the payload", "id-1"), NoAnswerError);
+      await assert.rejects(c.poll({ cursor: 0, wait: 0 }), NoAnswerError);
+      assert.deepEqual(elsewhere, []);
+    } finally {
+      await fake.close();
+      await other.close();
+    }
+  });
+});
+
 describe("answer size", () => {
   const empty = `{"cursor":0,"more":false,"envelopes":[]}`;
   const MiB = Buffer.alloc(1 << 20, " ");
