@@ -156,7 +156,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	pq, err := push.New(pushCfg, func(ctx context.Context, j push.Job) {
 		// The provider said the target is gone: forget it, unless the
 		// device registered another one meanwhile.
-		if err := st.ClearPush(ctx, j.Household, j.Device, store.PushTarget(j.Target)); err != nil {
+		if err := st.ClearPush(ctx, j.Household, j.Device, j.Target); err != nil {
 			log.Warn("clearing a gone push target", "err", err)
 		}
 	})

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/config"
-	"github.com/flamenet/relay/relay"
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/token"
 )
 
@@ -62,7 +62,7 @@ FN_ISSUER_KEY_FILE. Exit status 0 when valid, 1 otherwise.`, stdout)
 			break
 		}
 	}
-	if !relay.ValidName(c.Household) || !relay.ValidName(c.Device) {
+	if !device.ValidName(c.Household) || !device.ValidName(c.Device) {
 		fmt.Fprintln(stdout, "refused: bad names: the household or device is not 1 to 64 characters of A-Z a-z 0-9 . _ -; the relay answers 400")
 		return errRefused
 	}

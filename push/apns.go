@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // DefaultAPNsURL is APNs production; the sandbox is
@@ -118,7 +120,7 @@ func (a *apns) Push(ctx context.Context, deviceToken string) error {
 		if err != nil {
 			return err
 		}
-		se := &statusError{from: KindAPNs, status: status, reason: reason}
+		se := &statusError{from: device.PushAPNs, status: status, reason: reason}
 		switch {
 		case status == http.StatusOK:
 			return nil

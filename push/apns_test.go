@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 const (
@@ -193,7 +195,7 @@ func TestAPNs(t *testing.T) {
 	q := newQueue(t, Config{MaxAttempts: 2, RetryBase: 10 * time.Millisecond, APNs: apnsConfig(keyFile, fake)}, g.onGone)
 	devs := map[string]string{"ok": ok, "gone": gone, "bad": bad, "busy": busy, "down": down}
 	for name, tok := range devs {
-		if !q.Enqueue(Job{Household: "home", Device: name, Target: Target{Kind: KindAPNs, Address: tok}}) {
+		if !q.Enqueue(Job{Household: "home", Device: name, Target: device.PushTarget{Kind: device.PushAPNs, Address: tok}}) {
 			t.Fatalf("Enqueue %s refused", name)
 		}
 	}

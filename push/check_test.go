@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 var errSafetyNet = errors.New("test safety net: not connecting outside loopback")
@@ -41,53 +43,53 @@ func TestCheckTargetAgreesWithWorkers(t *testing.T) {
 
 	for _, tc := range []struct {
 		name            string
-		target          Target
+		target          device.PushTarget
 		public, private bool // accepted without and with AllowPrivate
 	}{
-		{"up public name", Target{KindUnifiedPush, up("http://push.example:PORT/up/1")}, true, true},
-		{"up https", Target{KindUnifiedPush, up("https://push.example:PORT/up/2")}, true, true},
-		{"up public v6 name", Target{KindUnifiedPush, up("http://v6.example:PORT/up")}, true, true},
-		{"up query and fragment", Target{KindUnifiedPush, up("http://push.example:PORT/up?t=a%2Fb#frag")}, true, true},
-		{"up default port", Target{KindUnifiedPush, "https://push.example/up"}, true, true},
-		{"up loopback address", Target{KindUnifiedPush, up("http://127.0.0.1:PORT/up")}, false, true},
-		{"up loopback v6", Target{KindUnifiedPush, up("http://[::1]:PORT/up")}, false, true},
-		{"up name to loopback", Target{KindUnifiedPush, up("http://loop.example:PORT/up")}, false, true},
-		{"up name to private", Target{KindUnifiedPush, up("http://lan.example:PORT/up")}, false, true},
-		{"up mixed answer", Target{KindUnifiedPush, up("http://mixed.example:PORT/up")}, false, true},
-		{"up unresolvable", Target{KindUnifiedPush, up("http://nowhere.example:PORT/up")}, false, false},
-		{"up userinfo", Target{KindUnifiedPush, up("http://user:pw@push.example:PORT/up")}, false, false},
-		{"up ftp", Target{KindUnifiedPush, up("ftp://push.example:PORT/up")}, false, false},
-		{"up space", Target{KindUnifiedPush, up("http://push.example:PORT/up here")}, false, false},
-		{"up nul", Target{KindUnifiedPush, up("http://push.example:PORT/up\x00")}, false, false},
-		{"up non-ascii path", Target{KindUnifiedPush, up("http://push.example:PORT/üp")}, false, false},
-		{"up non-ascii host", Target{KindUnifiedPush, up("http://püsh.example:PORT/up")}, false, false},
-		{"up escaped host", Target{KindUnifiedPush, up("http://push%2Eexample:PORT/up")}, false, false},
-		{"up port 0", Target{KindUnifiedPush, "http://push.example:0/up"}, false, false},
-		{"up no host", Target{KindUnifiedPush, "http:///up"}, false, false},
-		{"up relative", Target{KindUnifiedPush, "/up"}, false, false},
-		{"up too long", Target{KindUnifiedPush, up("http://push.example:PORT/") + strings.Repeat("a", maxEndpointLen)}, false, false},
-		{"up empty", Target{KindUnifiedPush, ""}, false, false},
-		{"apns lower", Target{KindAPNs, devToken("ab")}, true, true},
-		{"apns upper", Target{KindAPNs, strings.ToUpper(devToken("cd"))}, true, true},
-		{"apns 200 digits", Target{KindAPNs, strings.Repeat("ef", 100)}, true, true},
-		{"apns 202 digits", Target{KindAPNs, strings.Repeat("ab", 101)}, false, false},
-		{"apns odd length", Target{KindAPNs, "abc"}, false, false},
-		{"apns not hex", Target{KindAPNs, "zz" + devToken("")[2:]}, false, false},
-		{"apns path", Target{KindAPNs, "../../x"}, false, false},
-		{"apns empty", Target{KindAPNs, ""}, false, false},
-		{"fcm token", Target{KindFCM, "dGVzdA:APA91b-token_1"}, true, true},
-		{"fcm odd printable", Target{KindFCM, `tok"en\with/odd~chars`}, true, true},
-		{"fcm longest", Target{KindFCM, strings.Repeat("t", maxTokenLen)}, true, true},
-		{"fcm too long", Target{KindFCM, strings.Repeat("t", maxTokenLen+1)}, false, false},
-		{"fcm nul", Target{KindFCM, "tok\x00en"}, false, false},
-		{"fcm escape", Target{KindFCM, "tok\x1b[31men"}, false, false},
-		{"fcm tab", Target{KindFCM, "tok\ten"}, false, false},
-		{"fcm newline", Target{KindFCM, "tok\nen"}, false, false},
-		{"fcm space", Target{KindFCM, "tok en"}, false, false},
-		{"fcm del", Target{KindFCM, "tok\x7f"}, false, false},
-		{"fcm non-ascii", Target{KindFCM, "tokén"}, false, false},
-		{"fcm empty", Target{KindFCM, ""}, false, false},
-		{"unknown kind", Target{"sms", "+15550100"}, false, false},
+		{"up public name", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/up/1")}, true, true},
+		{"up https", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("https://push.example:PORT/up/2")}, true, true},
+		{"up public v6 name", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://v6.example:PORT/up")}, true, true},
+		{"up query and fragment", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/up?t=a%2Fb#frag")}, true, true},
+		{"up default port", device.PushTarget{Kind: device.PushUnifiedPush, Address: "https://push.example/up"}, true, true},
+		{"up loopback address", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://127.0.0.1:PORT/up")}, false, true},
+		{"up loopback v6", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://[::1]:PORT/up")}, false, true},
+		{"up name to loopback", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://loop.example:PORT/up")}, false, true},
+		{"up name to private", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://lan.example:PORT/up")}, false, true},
+		{"up mixed answer", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://mixed.example:PORT/up")}, false, true},
+		{"up unresolvable", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://nowhere.example:PORT/up")}, false, false},
+		{"up userinfo", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://user:pw@push.example:PORT/up")}, false, false},
+		{"up ftp", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("ftp://push.example:PORT/up")}, false, false},
+		{"up space", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/up here")}, false, false},
+		{"up nul", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/up\x00")}, false, false},
+		{"up non-ascii path", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/üp")}, false, false},
+		{"up non-ascii host", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://püsh.example:PORT/up")}, false, false},
+		{"up escaped host", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push%2Eexample:PORT/up")}, false, false},
+		{"up port 0", device.PushTarget{Kind: device.PushUnifiedPush, Address: "http://push.example:0/up"}, false, false},
+		{"up no host", device.PushTarget{Kind: device.PushUnifiedPush, Address: "http:///up"}, false, false},
+		{"up relative", device.PushTarget{Kind: device.PushUnifiedPush, Address: "/up"}, false, false},
+		{"up too long", device.PushTarget{Kind: device.PushUnifiedPush, Address: up("http://push.example:PORT/") + strings.Repeat("a", maxEndpointLen)}, false, false},
+		{"up empty", device.PushTarget{Kind: device.PushUnifiedPush, Address: ""}, false, false},
+		{"apns lower", device.PushTarget{Kind: device.PushAPNs, Address: devToken("ab")}, true, true},
+		{"apns upper", device.PushTarget{Kind: device.PushAPNs, Address: strings.ToUpper(devToken("cd"))}, true, true},
+		{"apns 200 digits", device.PushTarget{Kind: device.PushAPNs, Address: strings.Repeat("ef", 100)}, true, true},
+		{"apns 202 digits", device.PushTarget{Kind: device.PushAPNs, Address: strings.Repeat("ab", 101)}, false, false},
+		{"apns odd length", device.PushTarget{Kind: device.PushAPNs, Address: "abc"}, false, false},
+		{"apns not hex", device.PushTarget{Kind: device.PushAPNs, Address: "zz" + devToken("")[2:]}, false, false},
+		{"apns path", device.PushTarget{Kind: device.PushAPNs, Address: "../../x"}, false, false},
+		{"apns empty", device.PushTarget{Kind: device.PushAPNs, Address: ""}, false, false},
+		{"fcm token", device.PushTarget{Kind: device.PushFCM, Address: "dGVzdA:APA91b-token_1"}, true, true},
+		{"fcm odd printable", device.PushTarget{Kind: device.PushFCM, Address: `tok"en\with/odd~chars`}, true, true},
+		{"fcm longest", device.PushTarget{Kind: device.PushFCM, Address: strings.Repeat("t", maxTokenLen)}, true, true},
+		{"fcm too long", device.PushTarget{Kind: device.PushFCM, Address: strings.Repeat("t", maxTokenLen+1)}, false, false},
+		{"fcm nul", device.PushTarget{Kind: device.PushFCM, Address: "tok\x00en"}, false, false},
+		{"fcm escape", device.PushTarget{Kind: device.PushFCM, Address: "tok\x1b[31men"}, false, false},
+		{"fcm tab", device.PushTarget{Kind: device.PushFCM, Address: "tok\ten"}, false, false},
+		{"fcm newline", device.PushTarget{Kind: device.PushFCM, Address: "tok\nen"}, false, false},
+		{"fcm space", device.PushTarget{Kind: device.PushFCM, Address: "tok en"}, false, false},
+		{"fcm del", device.PushTarget{Kind: device.PushFCM, Address: "tok\x7f"}, false, false},
+		{"fcm non-ascii", device.PushTarget{Kind: device.PushFCM, Address: "tokén"}, false, false},
+		{"fcm empty", device.PushTarget{Kind: device.PushFCM, Address: ""}, false, false},
+		{"unknown kind", device.PushTarget{Kind: "sms", Address: "+15550100"}, false, false},
 	} {
 		for _, allowPrivate := range []bool{false, true} {
 			want := tc.public
@@ -104,7 +106,7 @@ func TestCheckTargetAgreesWithWorkers(t *testing.T) {
 				// Every address that passes the dialer's own check is
 				// counted as reached; only loopback ones connect.
 				var connects atomic.Int64
-				q.providers[KindUnifiedPush].(*unifiedPush).dialer.afterCheck = func(ap netip.AddrPort) error {
+				q.providers[device.PushUnifiedPush].(*unifiedPush).dialer.afterCheck = func(ap netip.AddrPort) error {
 					connects.Add(1)
 					if !ap.Addr().IsLoopback() {
 						return errSafetyNet

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // Resolver looks up a host's addresses; *net.Resolver is one.
@@ -35,22 +37,22 @@ const (
 //
 // Whether the kind's provider is configured is Queue.Enabled's question.
 // Queue.CheckTarget is the same check with the queue's own settings.
-func CheckTarget(ctx context.Context, t Target, allowPrivate bool) error {
+func CheckTarget(ctx context.Context, t device.PushTarget, allowPrivate bool) error {
 	return checkTarget(ctx, t, allowPrivate, net.DefaultResolver)
 }
 
-func checkTarget(ctx context.Context, t Target, allowPrivate bool, r Resolver) error {
+func checkTarget(ctx context.Context, t device.PushTarget, allowPrivate bool, r Resolver) error {
 	switch t.Kind {
-	case "", KindNone:
+	case "", device.PushNone:
 		if t.Address != "" {
 			return fmt.Errorf("%w: kind %q takes no address", ErrInvalidTarget, t.Kind)
 		}
 		return nil
-	case KindUnifiedPush:
+	case device.PushUnifiedPush:
 		return checkEndpoint(ctx, t.Address, allowPrivate, r)
-	case KindAPNs:
+	case device.PushAPNs:
 		return checkAPNsToken(t.Address)
-	case KindFCM:
+	case device.PushFCM:
 		return checkFCMToken(t.Address)
 	default:
 		return fmt.Errorf("%w: unknown kind %q", ErrInvalidTarget, t.Kind)

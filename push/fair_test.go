@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -34,13 +35,13 @@ func (c *concurrency) Push(ctx context.Context, address string) error {
 // countConcurrency installs a concurrency counter on q's UnifiedPush
 // provider; call it before the first Enqueue.
 func countConcurrency(q *Queue, prefix string) *concurrency {
-	c := &concurrency{Provider: q.providers[KindUnifiedPush], prefix: prefix}
-	q.providers[KindUnifiedPush] = c
+	c := &concurrency{Provider: q.providers[device.PushUnifiedPush], prefix: prefix}
+	q.providers[device.PushUnifiedPush] = c
 	return c
 }
 
 func householdJob(household, dev, address string) Job {
-	return Job{Household: household, Device: dev, Target: Target{Kind: KindUnifiedPush, Address: address}}
+	return Job{Household: household, Device: dev, Target: device.PushTarget{Kind: device.PushUnifiedPush, Address: address}}
 }
 
 // Eight endpoints of household A accept the connection and never answer;

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // DefaultFCMURL is FCM's API host.
@@ -201,7 +203,7 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		if err != nil {
 			return err
 		}
-		se := &statusError{from: KindFCM, status: status, reason: code}
+		se := &statusError{from: device.PushFCM, status: status, reason: code}
 		switch {
 		case status == http.StatusOK:
 			return nil

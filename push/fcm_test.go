@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 const (
@@ -224,7 +226,7 @@ func TestFCM(t *testing.T) {
 		tokens = append(tokens, fmt.Sprint("ok-", i))
 	}
 	for i, tok := range tokens {
-		if !q.Enqueue(Job{Household: "home", Device: fmt.Sprint("d", i), Target: Target{Kind: KindFCM, Address: tok}}) {
+		if !q.Enqueue(Job{Household: "home", Device: fmt.Sprint("d", i), Target: device.PushTarget{Kind: device.PushFCM, Address: tok}}) {
 			t.Fatalf("Enqueue %s refused", tok)
 		}
 	}

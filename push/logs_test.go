@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -84,20 +85,20 @@ func TestLogsNameNoTarget(t *testing.T) {
 		status  int // the status the log must show, 0 for none
 		gone    bool
 	}{
-		{"unifiedpush refused", KindUnifiedPush, upSecret("http://"+refused, "refused"), Config{}, 0, false},
-		{"unifiedpush 500", KindUnifiedPush, upSecret(up500.srv.URL, "500"), Config{}, 500, false},
-		{"unifiedpush 404", KindUnifiedPush, upSecret(up404.srv.URL, "404"), Config{}, 404, true},
-		{"unifiedpush timeout", KindUnifiedPush, upSecret(upHang.srv.URL, "timeout"), Config{}, 0, false},
-		{"unifiedpush tls", KindUnifiedPush, upSecret(untrusted.URL, "tls"), Config{}, 0, false},
-		{"unifiedpush bad form", KindUnifiedPush, "http://" + refused + "/SECRET-form\x7f", Config{}, 0, false},
-		{"apns refused", KindAPNs, devToken("5ec1"), Config{APNs: apnsCfg("https://"+refused, nil)}, 0, false},
-		{"apns 500", KindAPNs, devToken("5ec2"), Config{APNs: apnsCfg(apns500.srv.URL, apns500)}, 500, false},
-		{"apns timeout", KindAPNs, devToken("5ec3"), Config{APNs: apnsCfg(apnsHang.srv.URL, apnsHang)}, 0, false},
-		{"apns tls", KindAPNs, devToken("5ec4"), Config{APNs: apnsCfg(untrusted.URL, nil)}, 0, false},
-		{"fcm refused", KindFCM, "SECRET-fcm-refused", Config{FCM: fcmCfg(fcm503, "http://"+refused)}, 0, false},
-		{"fcm 503", KindFCM, "SECRET-fcm-503", Config{FCM: fcmCfg(fcm503, fcm503.srv.URL)}, 503, false},
-		{"fcm timeout", KindFCM, "SECRET-fcm-timeout", Config{FCM: fcmCfg(fcmHang, fcmHang.srv.URL)}, 0, false},
-		{"fcm tls", KindFCM, "SECRET-fcm-tls", Config{FCM: fcmCfg(fcm503, untrusted.URL)}, 0, false},
+		{"unifiedpush refused", device.PushUnifiedPush, upSecret("http://"+refused, "refused"), Config{}, 0, false},
+		{"unifiedpush 500", device.PushUnifiedPush, upSecret(up500.srv.URL, "500"), Config{}, 500, false},
+		{"unifiedpush 404", device.PushUnifiedPush, upSecret(up404.srv.URL, "404"), Config{}, 404, true},
+		{"unifiedpush timeout", device.PushUnifiedPush, upSecret(upHang.srv.URL, "timeout"), Config{}, 0, false},
+		{"unifiedpush tls", device.PushUnifiedPush, upSecret(untrusted.URL, "tls"), Config{}, 0, false},
+		{"unifiedpush bad form", device.PushUnifiedPush, "http://" + refused + "/SECRET-form\x7f", Config{}, 0, false},
+		{"apns refused", device.PushAPNs, devToken("5ec1"), Config{APNs: apnsCfg("https://"+refused, nil)}, 0, false},
+		{"apns 500", device.PushAPNs, devToken("5ec2"), Config{APNs: apnsCfg(apns500.srv.URL, apns500)}, 500, false},
+		{"apns timeout", device.PushAPNs, devToken("5ec3"), Config{APNs: apnsCfg(apnsHang.srv.URL, apnsHang)}, 0, false},
+		{"apns tls", device.PushAPNs, devToken("5ec4"), Config{APNs: apnsCfg(untrusted.URL, nil)}, 0, false},
+		{"fcm refused", device.PushFCM, "SECRET-fcm-refused", Config{FCM: fcmCfg(fcm503, "http://"+refused)}, 0, false},
+		{"fcm 503", device.PushFCM, "SECRET-fcm-503", Config{FCM: fcmCfg(fcm503, fcm503.srv.URL)}, 503, false},
+		{"fcm timeout", device.PushFCM, "SECRET-fcm-timeout", Config{FCM: fcmCfg(fcmHang, fcmHang.srv.URL)}, 0, false},
+		{"fcm tls", device.PushFCM, "SECRET-fcm-tls", Config{FCM: fcmCfg(fcm503, untrusted.URL)}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs servicetest.Buffer
@@ -107,8 +108,8 @@ func TestLogsNameNoTarget(t *testing.T) {
 			cfg.ResponseHeaderTimeout, cfg.AttemptTimeout = header, time.Second
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			q := newQueue(t, cfg, nil)
-			household, device := fmt.Sprint("hh", i), fmt.Sprint("dev", i)
-			if !q.Enqueue(Job{Household: household, Device: device, Target: Target{Kind: tc.kind, Address: tc.address}}) {
+			household, name := fmt.Sprint("hh", i), fmt.Sprint("dev", i)
+			if !q.Enqueue(Job{Household: household, Device: name, Target: device.PushTarget{Kind: tc.kind, Address: tc.address}}) {
 				t.Fatal("Enqueue refused")
 			}
 			waitFor(t, "push failed", func() bool { return q.Stats().Failed == 1 })
@@ -121,7 +122,7 @@ func TestLogsNameNoTarget(t *testing.T) {
 			if tc.gone {
 				want = "push target gone"
 			}
-			for _, w := range []string{want, "provider=" + tc.kind, "household=" + household, "device=" + device,
+			for _, w := range []string{want, "provider=" + tc.kind, "household=" + household, "device=" + name,
 				fmt.Sprint("status=", tc.status)} {
 				if !strings.Contains(out, w) {
 					t.Errorf("log lacks %q:\n%s", w, out)

@@ -1,16 +1,18 @@
 package push
 
+import "github.com/flamenet/relay/device"
+
 // newProviders builds the enabled providers: UnifiedPush always, APNs when
 // a key file is set, FCM when a credentials file is set.
 func newProviders(cfg Config) (map[string]Provider, error) {
-	ps := map[string]Provider{KindUnifiedPush: newUnifiedPush(cfg)}
+	ps := map[string]Provider{device.PushUnifiedPush: newUnifiedPush(cfg)}
 	if cfg.APNs.KeyFile != "" {
 		a, err := newAPNs(cfg.APNs, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)
 		if err != nil {
 			closeProviders(ps)
 			return nil, err
 		}
-		ps[KindAPNs] = a
+		ps[device.PushAPNs] = a
 	}
 	if cfg.FCM.CredentialsFile != "" {
 		f, err := newFCM(cfg.FCM, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)
@@ -18,7 +20,7 @@ func newProviders(cfg Config) (map[string]Provider, error) {
 			closeProviders(ps)
 			return nil, err
 		}
-		ps[KindFCM] = f
+		ps[device.PushFCM] = f
 	}
 	return ps, nil
 }

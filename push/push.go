@@ -26,14 +26,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-)
 
-// Target kinds, as in docs/PROTOCOL.md.
-const (
-	KindNone        = "none"
-	KindUnifiedPush = "unifiedpush"
-	KindAPNs        = "apns"
-	KindFCM         = "fcm"
+	"github.com/flamenet/relay/device"
 )
 
 // Defaults for the zero values of Config.
@@ -115,17 +109,11 @@ type Provider interface {
 	Close()
 }
 
-// Target is where a device's pushes go.
-type Target struct {
-	Kind    string // KindUnifiedPush, KindAPNs or KindFCM
-	Address string // endpoint URL, APNs hex device token or FCM registration token
-}
-
 // Job is one push for one device. It deliberately has no payload.
 type Job struct {
 	Household string
 	Device    string
-	Target    Target
+	Target    device.PushTarget
 }
 
 // Config configures a Queue. Zero values take the defaults above.
@@ -378,7 +366,7 @@ func (q *Queue) Enabled(kind string) bool { return q.providers[kind] != nil }
 // CheckTarget is CheckTarget with this queue's AllowPrivate and resolver:
 // it refuses exactly the targets this queue's providers would refuse before
 // sending. It does not ask whether the kind is Enabled.
-func (q *Queue) CheckTarget(ctx context.Context, t Target) error {
+func (q *Queue) CheckTarget(ctx context.Context, t device.PushTarget) error {
 	return checkTarget(ctx, t, q.cfg.AllowPrivate, q.resolver)
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,7 +17,7 @@ import (
 // the household caps stay out of the way of tests about the queue's own
 // bounds. Tests of the caps name households themselves.
 func job(dev, address string) Job {
-	return Job{Household: "hh-" + dev, Device: dev, Target: Target{Kind: KindUnifiedPush, Address: address}}
+	return Job{Household: "hh-" + dev, Device: dev, Target: device.PushTarget{Kind: device.PushUnifiedPush, Address: address}}
 }
 
 func TestOnePushPerJob(t *testing.T) {
@@ -230,10 +231,10 @@ func TestShutdownLetsInFlightFinish(t *testing.T) {
 
 func TestUnconfiguredKindDropped(t *testing.T) {
 	q := newQueue(t, Config{}, nil)
-	if q.Enabled(KindAPNs) || !q.Enabled(KindUnifiedPush) {
+	if q.Enabled(device.PushAPNs) || !q.Enabled(device.PushUnifiedPush) {
 		t.Error("Enabled: want unifiedpush only")
 	}
-	for _, tg := range []Target{{Kind: KindAPNs, Address: "ab"}, {Kind: "carrier-pigeon", Address: "x"}, {Kind: KindUnifiedPush}} {
+	for _, tg := range []device.PushTarget{{Kind: device.PushAPNs, Address: "ab"}, {Kind: "carrier-pigeon", Address: "x"}, {Kind: device.PushUnifiedPush}} {
 		if q.Enqueue(Job{Household: "h", Device: "d", Target: tg}) {
 			t.Errorf("Enqueue(%+v) accepted", tg)
 		}
@@ -323,7 +324,7 @@ func TestMetrics(t *testing.T) {
 	q.Enqueue(home("gone", "/gone"))
 	q.Enqueue(home("d2", "/ok2"))
 	q.Enqueue(home("d3", "/ok3")) // past the household's share of 2
-	q.Enqueue(Job{Household: "h", Device: "d", Target: Target{Kind: KindFCM, Address: "t"}})
+	q.Enqueue(Job{Household: "h", Device: "d", Target: device.PushTarget{Kind: device.PushFCM, Address: "t"}})
 
 	// The household is at its cap of 1 with 2 pushes held back.
 	checkMetrics(t, gather(t, reg), map[string]float64{

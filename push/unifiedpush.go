@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // WakeBody is the whole body of every UnifiedPush push and the whole data
@@ -45,7 +47,7 @@ func (u *unifiedPush) Push(ctx context.Context, endpoint string) error {
 	if err != nil {
 		return fmt.Errorf("unifiedpush: %w", err)
 	}
-	se := &statusError{from: KindUnifiedPush, status: a.status}
+	se := &statusError{from: device.PushUnifiedPush, status: a.status}
 	switch {
 	case a.status >= 200 && a.status < 300:
 		return nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // fakeResolver answers from a map, like a DNS server under test control.
@@ -121,24 +123,24 @@ func TestCheckEndpointSystemResolver(t *testing.T) {
 func TestCheckTarget(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		t  Target
+		t  device.PushTarget
 		ok bool
 	}{
-		{Target{}, true},
-		{Target{Kind: KindNone}, true},
-		{Target{Kind: KindNone, Address: "x"}, false},
-		{Target{Kind: KindAPNs, Address: strings.Repeat("ab", 32)}, true},
-		{Target{Kind: KindAPNs, Address: "abc"}, false},
-		{Target{Kind: KindAPNs, Address: "zz"}, false},
-		{Target{Kind: KindAPNs, Address: "../../x"}, false},
-		{Target{Kind: KindFCM, Address: "dGVzdA:APA91b-token_1"}, true},
-		{Target{Kind: KindFCM, Address: ""}, false},
-		{Target{Kind: KindFCM, Address: "a b"}, false},
-		{Target{Kind: KindFCM, Address: "a\x00b"}, false},
-		{Target{Kind: KindFCM, Address: "a\x1bb"}, false},
-		{Target{Kind: KindFCM, Address: "aéb"}, false},
-		{Target{Kind: KindUnifiedPush, Address: "http://127.0.0.1/up"}, false},
-		{Target{Kind: "sms", Address: "x"}, false},
+		{device.PushTarget{}, true},
+		{device.PushTarget{Kind: device.PushNone}, true},
+		{device.PushTarget{Kind: device.PushNone, Address: "x"}, false},
+		{device.PushTarget{Kind: device.PushAPNs, Address: strings.Repeat("ab", 32)}, true},
+		{device.PushTarget{Kind: device.PushAPNs, Address: "abc"}, false},
+		{device.PushTarget{Kind: device.PushAPNs, Address: "zz"}, false},
+		{device.PushTarget{Kind: device.PushAPNs, Address: "../../x"}, false},
+		{device.PushTarget{Kind: device.PushFCM, Address: "dGVzdA:APA91b-token_1"}, true},
+		{device.PushTarget{Kind: device.PushFCM, Address: ""}, false},
+		{device.PushTarget{Kind: device.PushFCM, Address: "a b"}, false},
+		{device.PushTarget{Kind: device.PushFCM, Address: "a\x00b"}, false},
+		{device.PushTarget{Kind: device.PushFCM, Address: "a\x1bb"}, false},
+		{device.PushTarget{Kind: device.PushFCM, Address: "aéb"}, false},
+		{device.PushTarget{Kind: device.PushUnifiedPush, Address: "http://127.0.0.1/up"}, false},
+		{device.PushTarget{Kind: "sms", Address: "x"}, false},
 	} {
 		if err := CheckTarget(ctx, tc.t, false); (err == nil) != tc.ok {
 			t.Errorf("CheckTarget(%+v) = %v, want ok=%v", tc.t, err, tc.ok)
@@ -181,7 +183,7 @@ func TestSendRefusesPrivate(t *testing.T) {
 
 	t.Run("queue", func(t *testing.T) {
 		q := newQueue(t, Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}}, nil)
-		q.providers[KindUnifiedPush].(*unifiedPush).dialer.afterCheck = loopbackOnly
+		q.providers[device.PushUnifiedPush].(*unifiedPush).dialer.afterCheck = loopbackOnly
 		for i, u := range targets {
 			q.Enqueue(job(fmt.Sprint("d", i), u))
 		}
@@ -273,7 +275,7 @@ func TestUnifiedPushAnswers(t *testing.T) {
 	goneDevices := map[string]bool{}
 	for _, j := range gone.got() {
 		goneDevices[j.Device] = true
-		if j.Household != "hh-"+j.Device || j.Target.Kind != KindUnifiedPush {
+		if j.Household != "hh-"+j.Device || j.Target.Kind != device.PushUnifiedPush {
 			t.Errorf("onGone job %+v", j)
 		}
 	}

@@ -288,4 +288,3 @@ func TestLiveAndReady(t *testing.T) {
 	}
 	h.shutdown()
 }
-

@@ -88,7 +88,7 @@ func (s *Server) authenticate(r *http.Request, holds bool) (*token.Claims, error
 		c = &v
 		s.verified.put(raw, c)
 	}
-	if !validName(c.Household) || !validName(c.Device) {
+	if !device.ValidName(c.Household) || !device.ValidName(c.Device) {
 		return nil, badRequest("The token's household or device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
 	noteDevice(r.Context(), c.Household, c.Device)
@@ -216,24 +216,6 @@ func withStoreBudget(ctx context.Context, timeout time.Duration) context.Context
 	return context.WithValue(ctx, storeBudgetKey{}, time.Now().Add(timeout))
 }
 
-// ValidName says whether n is a household or device name the relay
-// accepts, for tools that check tokens as the relay would.
-func ValidName(n string) bool { return validName(n) }
-
-// validName: 1 to 64 characters of A-Z a-z 0-9 . _ -
-func validName(n string) bool {
-	if len(n) < 1 || len(n) > 64 {
-		return false
-	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 type pushRequest struct {
 	Kind     string `json:"kind" msgpack:"kind"`
 	Endpoint string `json:"endpoint" msgpack:"endpoint"`
@@ -300,34 +282,34 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 // queue's own check, the one its workers apply before every push, so that
 // nothing is accepted here that would never be pushed. The address field is
 // "endpoint" for every kind; "token" is accepted for APNs and FCM.
-func (s *Server) pushTarget(ctx context.Context, p pushRequest) (store.PushTarget, error) {
+func (s *Server) pushTarget(ctx context.Context, p pushRequest) (device.PushTarget, error) {
 	addr := p.Endpoint
 	if addr == "" {
 		addr = p.Token
 	}
 	switch p.Kind {
-	case store.PushNone:
-		return store.PushTarget{Kind: store.PushNone}, nil
-	case store.PushUnifiedPush, store.PushAPNs, store.PushFCM:
+	case device.PushNone:
+		return device.PushTarget{Kind: device.PushNone}, nil
+	case device.PushUnifiedPush, device.PushAPNs, device.PushFCM:
 	default:
-		return store.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, apns, fcm.")
+		return device.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, apns, fcm.")
 	}
 	if s.push == nil || !s.push.Enabled(p.Kind) {
-		return store.PushTarget{}, badRequest("push.kind %s is not configured on this relay.", p.Kind)
+		return device.PushTarget{}, badRequest("push.kind %s is not configured on this relay.", p.Kind)
 	}
-	t := store.PushTarget{Kind: p.Kind, Address: addr}
-	if err := s.push.CheckTarget(ctx, push.Target(t)); err != nil {
+	t := device.PushTarget{Kind: p.Kind, Address: addr}
+	if err := s.push.CheckTarget(ctx, t); err != nil {
 		msg := map[string]string{
-			store.PushUnifiedPush: "push.endpoint must be an http or https URL of printable ASCII without credentials.",
-			store.PushAPNs:        "push.endpoint must be a hex APNs device token.",
-			store.PushFCM:         "push.endpoint must be an FCM registration token of printable ASCII.",
+			device.PushUnifiedPush: "push.endpoint must be an http or https URL of printable ASCII without credentials.",
+			device.PushAPNs:        "push.endpoint must be a hex APNs device token.",
+			device.PushFCM:         "push.endpoint must be an FCM registration token of printable ASCII.",
 		}[p.Kind]
 		if errors.Is(err, push.ErrForbiddenAddress) {
 			msg = "push.endpoint is not allowed: it must resolve to a public address."
 		}
-		return store.PushTarget{}, &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Message: msg, Cause: err}
+		return device.PushTarget{}, &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Message: msg, Cause: err}
 	}
-	if p.Kind == store.PushAPNs {
+	if p.Kind == device.PushAPNs {
 		t.Address = strings.ToLower(t.Address) // one spelling per device token
 	}
 	return t, nil
@@ -447,7 +429,7 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 		return nil, errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "payload is larger than %d bytes.", s.cfg.MaxEnvelopeBytes)
 	}
 	for _, d := range req.To {
-		if !validName(d) {
+		if !device.ValidName(d) {
 			return nil, badRequest("Every recipient in to must be 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 		}
 	}
@@ -480,7 +462,7 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	if s.push != nil {
 		for i, d := range ds {
 			if !d.Push.Empty() && !s.hub.Held(wakes[i].Key) {
-				pushes = append(pushes, push.Job{Household: household, Device: d.Device, Target: push.Target(d.Push)})
+				pushes = append(pushes, push.Job{Household: household, Device: d.Device, Target: d.Push})
 			}
 		}
 	}
@@ -547,7 +529,7 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request, c *token.Claims
 		return err
 	}
 	after := q.get("after")
-	if after != "" && !validName(after) {
+	if after != "" && !device.ValidName(after) {
 		return badRequest("after must be a device name.")
 	}
 	ctx, cancel := s.storeCtx(r.Context())
@@ -577,8 +559,8 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	if c.Scope != token.ScopeAdmin {
 		return errorf(http.StatusForbidden, codeForbidden, "Only an admin token may remove devices.")
 	}
-	device := chi.URLParam(r, "device")
-	if !validName(device) {
+	name := chi.URLParam(r, "device")
+	if !device.ValidName(name) {
 		return badRequest("The device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
 	}
 	ctx, cancel := s.storeCtx(r.Context())
@@ -586,12 +568,12 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	// To the microsecond, as the store keeps it, so that what the hub
 	// tells other relays equals what their store reads say.
 	at := s.now().UTC().Truncate(time.Microsecond)
-	if err := s.store.DeleteDevice(ctx, c.Household, device, at); err != nil {
+	if err := s.store.DeleteDevice(ctx, c.Household, name, at); err != nil {
 		return err
 	}
 	// Committed: end the device's held polls on every relay. A failure
 	// here delays that only until the polls' next read of the store.
-	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: device}, at); err != nil {
+	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: name}, at); err != nil {
 		s.log.Warn("telling relays of a removal failed", "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)

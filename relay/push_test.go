@@ -56,7 +56,7 @@ func TestPushAfterSend(t *testing.T) {
 	fake := newUPFake(t)
 	h := newHarness(t, nil)
 	q, err := push.New(push.Config{AllowPrivate: true}, func(ctx context.Context, j push.Job) {
-		if err := h.db.ClearPush(ctx, j.Household, j.Device, store.PushTarget(j.Target)); err != nil {
+		if err := h.db.ClearPush(ctx, j.Household, j.Device, j.Target); err != nil {
 			t.Errorf("clear push: %v", err)
 		}
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
@@ -34,7 +35,7 @@ type Pusher interface {
 	// Enabled reports whether pushes of the kind can be sent at all.
 	Enabled(kind string) bool
 	// CheckTarget refuses a target the workers would refuse.
-	CheckTarget(ctx context.Context, t push.Target) error
+	CheckTarget(ctx context.Context, t device.PushTarget) error
 }
 
 // Deps are the relay's collaborators, built and owned by the caller.

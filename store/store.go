@@ -87,30 +87,12 @@ func (e *HouseholdFullError) Error() string {
 
 func (e *HouseholdFullError) Is(target error) bool { return target == ErrHouseholdFull }
 
-// Push target kinds, as in docs/PROTOCOL.md.
-const (
-	PushNone        = "none"
-	PushUnifiedPush = "unifiedpush"
-	PushAPNs        = "apns"
-	PushFCM         = "fcm"
-)
-
-// PushTarget is where a content-free wake for a device goes. The zero value
-// (or Kind PushNone) means no push.
-type PushTarget struct {
-	Kind    string // PushNone, PushUnifiedPush, PushAPNs or PushFCM
-	Address string // endpoint URL, APNs device token or FCM registration token
-}
-
-// Empty reports whether the target sends nothing.
-func (p PushTarget) Empty() bool { return p.Kind == "" || p.Kind == PushNone }
-
 // Device is one registered app instance.
 type Device struct {
 	Household    string
 	Name         string
 	IdentityKey  []byte // 32-byte Ed25519 public key, or nil
-	Push         PushTarget
+	Push         device.PushTarget
 	Cursor       int64 // highest seq acknowledged
 	Head         int64 // highest seq ever given
 	RegisteredAt time.Time
@@ -122,7 +104,7 @@ type Device struct {
 type RegisterParams struct {
 	Household   string
 	Device      string
-	Push        *PushTarget
+	Push        *device.PushTarget
 	IdentityKey []byte
 	Now         time.Time
 	// IssuedAt is when the caller's credential was issued (zero: unknown).
@@ -166,7 +148,7 @@ type Delivery struct {
 	Seq    int64
 	// Push is the recipient's push target: at commit time on a first send,
 	// as it is now on a repeat. It is not part of the stored answer.
-	Push PushTarget
+	Push device.PushTarget
 	// Pending reports whether this recipient's copy is still stored (not
 	// acknowledged, expired or removed with its device). Always true on a
 	// first send.
@@ -357,7 +339,7 @@ type Store interface {
 	// most limit of them, in no particular order.
 	Removals(ctx context.Context, limit int) ([]Removal, error)
 	// ClearPush clears the device's push target if it is still target.
-	ClearPush(ctx context.Context, household, device string, target PushTarget) error
+	ClearPush(ctx context.Context, household, device string, target device.PushTarget) error
 	// Expire deletes expired envelopes and send records.
 	Expire(ctx context.Context, p ExpireParams) (ExpireResult, error)
 	// ReportHealth records r and returns the latest report of every relay

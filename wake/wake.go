@@ -31,10 +31,7 @@ var (
 )
 
 // Key names one device.
-type Key struct {
-	Household string
-	Device    string
-}
+type Key = device.Key
 
 // Wake says that an envelope for Key committed in the device's life Life
 // and that the device's head in that life (the highest seq it was ever

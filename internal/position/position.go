@@ -102,7 +102,7 @@ func New(max int) *Cache {
 }
 
 func (c *Cache) shard(k wake.Key) *shard {
-	x := maphash.String(c.seed, k.Household)*0x9e3779b97f4a7c15 + maphash.String(c.seed, k.Device)
+	x := k.Hash(c.seed)
 	return &c.shards[x&(shardCount-1)]
 }
 

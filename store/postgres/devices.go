@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -201,7 +202,7 @@ func (db *DB) Removals(ctx context.Context, limit int) ([]store.Removal, error) 
 
 // ClearPush clears the push target if it is still target, so that a
 // provider's late "gone" cannot wipe a target registered since.
-func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {
+func (db *DB) ClearPush(ctx context.Context, household, device string, target device.PushTarget) error {
 	_, err := db.pool.Exec(ctx, `
 UPDATE devices SET push_kind = '', push_address = ''
 WHERE household = $1 AND name = $2 AND push_kind = $3 AND push_address = $4`,

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -32,7 +33,7 @@ func TestReopenKeepsData(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
 	db := openTB(t, path)
-	push := store.PushTarget{Kind: store.PushFCM, Address: "tok"}
+	push := device.PushTarget{Kind: device.PushFCM, Address: "tok"}
 	key := bytes.Repeat([]byte{7}, 32)
 	if _, err := db.Register(ctx, store.RegisterParams{Household: "h", Device: "phone", Push: &push, IdentityKey: key, Now: t0}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -31,7 +32,7 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 		key = p.IdentityKey
 	}
 	setPush := p.Push != nil
-	var push store.PushTarget
+	var push device.PushTarget
 	if setPush {
 		push = *p.Push
 	}
@@ -174,7 +175,7 @@ func (db *DB) Removals(ctx context.Context, limit int) ([]store.Removal, error) 
 
 // ClearPush clears the push target only if it is still target, so that a
 // provider's late "gone" cannot erase a target registered since.
-func (db *DB) ClearPush(ctx context.Context, household, device string, target store.PushTarget) error {
+func (db *DB) ClearPush(ctx context.Context, household, device string, target device.PushTarget) error {
 	return db.write(ctx, "clear push", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE devices SET push_kind = '', push_address = ''
 			WHERE household = ? AND name = ? AND push_kind = ? AND push_address = ?`,

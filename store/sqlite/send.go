@@ -66,7 +66,7 @@ func send(ctx context.Context, q querier, p store.SendParams, to []string) (stor
 	type recipient struct {
 		head, count, bytes int64
 		removed            int64 // Unix microseconds of the last removal; 0: never
-		push               store.PushTarget
+		push               device.PushTarget
 		found              bool
 	}
 	rs := make([]recipient, len(to))

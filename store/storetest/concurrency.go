@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -184,7 +185,7 @@ func testRaces(t *testing.T, open Opener) {
 	for g := range 3 {
 		others.Go(func() {
 			last := map[string]store.Position{}
-			targets := []*store.PushTarget{nil, &pushA, &pushB}
+			targets := []*device.PushTarget{nil, &pushA, &pushB}
 			for i := 0; ; i++ {
 				select {
 				case <-stop:

@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
 var (
 	keyA  = bytes.Repeat([]byte{0xa1}, 32)
 	keyB  = bytes.Repeat([]byte{0xb2}, 32)
-	pushA = store.PushTarget{Kind: store.PushUnifiedPush, Address: "https://push.example/a"}
-	pushB = store.PushTarget{Kind: store.PushAPNs, Address: "0a1b2c3d"}
+	pushA = device.PushTarget{Kind: device.PushUnifiedPush, Address: "https://push.example/a"}
+	pushB = device.PushTarget{Kind: device.PushAPNs, Address: "0a1b2c3d"}
 )
 
 func testRegister(t *testing.T, open Opener) {
@@ -95,7 +96,7 @@ func testRegister(t *testing.T, open Opener) {
 		if d.Push != pushB || !bytes.Equal(d.IdentityKey, keyB) {
 			t.Errorf("after key update: Push %+v key %x, want %+v and %x", d.Push, d.IdentityKey, pushB, keyB)
 		}
-		none := store.PushTarget{Kind: store.PushNone}
+		none := device.PushTarget{Kind: device.PushNone}
 		d, err = s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "phone", Push: &none, Now: t0})
 		if err != nil {
 			t.Fatalf("Register no push: %v", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -71,7 +72,7 @@ func testSend(t *testing.T, open Opener) {
 		register(t, s, hh, "b")
 		p := store.SendParams{Sender: "b", ID: "1", To: []string{"a", "b", "c"}, Payload: []byte("x")}
 		res := sendOK(t, s, p)
-		want := []store.PushTarget{pushA, {}, pushB}
+		want := []device.PushTarget{pushA, {}, pushB}
 		for i, d := range res.Deliveries {
 			if d.Push.Empty() != want[i].Empty() || (!want[i].Empty() && d.Push != want[i]) {
 				t.Errorf("delivery %s Push = %+v, want %+v", d.Device, d.Push, want[i])

@@ -423,7 +423,7 @@ func testRepeatWakes(t *testing.T, open Opener) {
 	}
 
 	type want struct {
-		push    store.PushTarget
+		push    device.PushTarget
 		pending bool
 	}
 	check := func(step string, wants map[string]want) {
@@ -442,7 +442,7 @@ func testRepeatWakes(t *testing.T, open Opener) {
 			}
 		}
 	}
-	check("unchanged", map[string]want{"a": {pushA, true}, "b": {store.PushTarget{}, true}, "c": {pushB, true}})
+	check("unchanged", map[string]want{"a": {pushA, true}, "b": {device.PushTarget{}, true}, "c": {pushB, true}})
 
 	// The push targets are the recipients' current ones.
 	if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "a", Push: &pushB, Now: t0}); err != nil {
@@ -451,25 +451,25 @@ func testRepeatWakes(t *testing.T, open Opener) {
 	if err := s.ClearPush(ctx(t), hh, "c", pushB); err != nil {
 		t.Fatal(err)
 	}
-	check("targets changed", map[string]want{"a": {pushB, true}, "b": {store.PushTarget{}, true}, "c": {store.PushTarget{}, true}})
+	check("targets changed", map[string]want{"a": {pushB, true}, "b": {device.PushTarget{}, true}, "c": {device.PushTarget{}, true}})
 
 	// An acknowledged copy is no longer pending; the others still are.
 	ack(t, s, hh, "a", 1)
-	check("a acked", map[string]want{"a": {pushB, false}, "b": {store.PushTarget{}, true}, "c": {store.PushTarget{}, true}})
+	check("a acked", map[string]want{"a": {pushB, false}, "b": {device.PushTarget{}, true}, "c": {device.PushTarget{}, true}})
 
 	// A removed recipient has neither. Registered again, its seq 1 goes
 	// to another send: still not this send's copy.
 	if err := s.DeleteDevice(ctx(t), hh, "c", t0); err != nil {
 		t.Fatal(err)
 	}
-	check("c removed", map[string]want{"a": {pushB, false}, "b": {store.PushTarget{}, true}, "c": {store.PushTarget{}, false}})
+	check("c removed", map[string]want{"a": {pushB, false}, "b": {device.PushTarget{}, true}, "c": {device.PushTarget{}, false}})
 	if _, err := s.Register(ctx(t), store.RegisterParams{Household: hh, Device: "c", Push: &pushA, Now: t0}); err != nil {
 		t.Fatal(err)
 	}
 	if r := sendOK(t, s, store.SendParams{Sender: "b", ID: "other", To: []string{"c"}, Payload: []byte("y")}); deliveries(r.Deliveries) != "c:1" {
 		t.Fatalf("send to the re-registered c = %s, want c:1", deliveries(r.Deliveries))
 	}
-	check("c registered again", map[string]want{"a": {pushB, false}, "b": {store.PushTarget{}, true}, "c": {pushA, false}})
+	check("c registered again", map[string]want{"a": {pushB, false}, "b": {device.PushTarget{}, true}, "c": {pushA, false}})
 }
 
 // testSendRemovedAt: a send reports each recipient's last removal, first

@@ -62,8 +62,7 @@ func (h *Hub) observer() wake.Observer {
 }
 
 func (h *Hub) shard(k wake.Key) *shard {
-	// Mix the two hashes unevenly so that (a, b) and (b, a) land apart.
-	x := maphash.String(h.seed, k.Household)*0x9e3779b97f4a7c15 + maphash.String(h.seed, k.Device)
+	x := k.Hash(h.seed)
 	return &h.shards[x&(shardCount-1)]
 }
 
