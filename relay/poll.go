@@ -408,12 +408,3 @@ func (s *Server) wait(ctx context.Context, waiter wake.Waiter, deadline time.Tim
 	}
 	return err
 }
-
-func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Batch) {
-	out := pollResponse{Cursor: stored, More: b.More, Envelopes: make([]envelopeJSON, len(b.Envelopes))}
-	for i, e := range b.Envelopes {
-		out.Envelopes[i] = envelopeJSON{Seq: e.Seq, ID: e.ID, From: e.From, SentAt: timestamp(e.SentAt), Payload: e.Payload}
-		out.Cursor = e.Seq
-	}
-	writeBody(w, r, http.StatusOK, out)
-}
