@@ -101,6 +101,9 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		ParkPolls:           c.ParkPolls,
 		TrustedProxies:      c.TrustedProxies,
 		CORSOrigins:         c.CORSOrigins,
+
+		AnswerTimeout: c.AnswerTimeout,
+		AnswerMinRate: c.AnswerMinRate,
 	}
 }
 

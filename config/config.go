@@ -45,6 +45,10 @@ type Config struct {
 	BodyTimeout         time.Duration
 	AckInterval         time.Duration
 	SQLiteSynchronous   string
+	// An answer has AnswerTimeout, plus its size at AnswerMinRate bytes a
+	// second, to be written.
+	AnswerTimeout time.Duration
+	AnswerMinRate int64
 
 	RelayReplicas        int
 	RedisURL             string
@@ -160,6 +164,12 @@ var settings = []Setting{
 	{"FN_STORE_TIMEOUT", "5s", "deadline of one store call; past it the request gets 503 unavailable", dur(func(c *Config) *time.Duration { return &c.StoreTimeout })},
 	{"FN_STORE_LOCK_TIMEOUT", "1s", "longest wait of a send for a recipient that another send or a database session holds; past it the send gets 503 unavailable", posDur(func(c *Config) *time.Duration { return &c.LockTimeout })},
 	{"FN_BODY_TIMEOUT", "30s", "deadline for a client to send a request body; past it the connection is closed", posDur(func(c *Config) *time.Duration { return &c.BodyTimeout })},
+	{"FN_ANSWER_TIMEOUT", "10s", "time an answer has to reach its client, on top of its size at FN_ANSWER_MIN_RATE; past it the connection is cut", posDur(func(c *Config) *time.Duration { return &c.AnswerTimeout })},
+	{"FN_ANSWER_MIN_RATE", "65536", "bytes per second a client must read an answer at, at the least (see FN_ANSWER_TIMEOUT)", func(c *Config, v string) error {
+		n, err := positive(v, 1<<40)
+		c.AnswerMinRate = n
+		return err
+	}},
 	{"FN_ACK_INTERVAL", "200ms", "acknowledgements and device activity are written to the store in batches at least this often (a crash may lose the last interval's acks: those envelopes are delivered again)", func(c *Config, v string) error {
 		err := dur(func(c *Config) *time.Duration { return &c.AckInterval })(c, v)
 		if err == nil && (c.AckInterval <= 0 || c.AckInterval > time.Minute) {

@@ -230,6 +230,7 @@ func writeBody(w http.ResponseWriter, r *http.Request, status int, v any) {
 	h := w.Header()
 	h.Set("Content-Type", ct)
 	h.Set("Cache-Control", "no-store")
+	setAnswerDeadline(w, r, int64(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

@@ -23,6 +23,10 @@ type Config struct {
 	LockTimeout         time.Duration
 	BodyTimeout         time.Duration
 	AckInterval         time.Duration
+	// An answer has AnswerTimeout, plus its size at AnswerMinRate bytes a
+	// second, to be written; then its connection is cut (answers.go).
+	AnswerTimeout time.Duration
+	AnswerMinRate int64
 
 	// RelayReplicas above 1: the relays share the store and wake each
 	// other through the hub, which the server then watches.

@@ -502,7 +502,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, c *token.Claims) er
 	if _, err := s.acknowledge(r.Context(), c, *req.Cursor); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeNoContent(w, r)
 	return nil
 }
 
@@ -576,7 +576,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	if err := s.hub.Remove(context.WithoutCancel(ctx), wake.Key{Household: c.Household, Device: name}, at); err != nil {
 		s.log.Warn("telling relays of a removal failed", "err", err)
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeNoContent(w, r)
 	return nil
 }
 

@@ -24,6 +24,7 @@ type metrics struct {
 	signalErrors  prometheus.Counter
 	received      prometheus.Counter
 	refusals      *prometheus.CounterVec // by reason
+	answersCut    prometheus.Counter
 	tokensRefused *prometheus.CounterVec // by reason
 	storeCalls    *prometheus.CounterVec // by op
 	fleetTroubled prometheus.Gauge
@@ -87,6 +88,9 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_admission_refusals_total", Help: "Requests refused by admission control, by reason.",
 		}, []string{"reason"}),
+		answersCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_answers_cut_total", Help: "Connections reset because an answer was not read within its deadline (FN_ANSWER_TIMEOUT plus its size at FN_ANSWER_MIN_RATE).",
+		}),
 		fleetTroubled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fn_fleet_relays_troubled", Help: "Relays sharing the store whose last report says their wake-ups fail (several relays only).",
 		}),
@@ -98,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		}, []string{"reason"}),
 	}
 	cs := []prometheus.Collector{
-		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled,
+		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
 		}, func() float64 { return float64(s.held.Load()) }),

@@ -39,6 +39,7 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 		h.Set("Content-Type", contentJSON)
 	}
 	h.Set("Cache-Control", "no-store")
+	setAnswerDeadline(w, r, batchAnswerSize(b))
 	w.WriteHeader(http.StatusOK)
 
 	buf := pollBuffers.Get().(*bytes.Buffer)

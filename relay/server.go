@@ -82,6 +82,7 @@ type Server struct {
 	draining    atomic.Bool
 	readiness   readiness
 	held        atomic.Int64 // polls currently held (waiting)
+	timing      answerTiming // how long answers have to be written
 	inflight    chan struct{}
 	limiter     *rate.Limiter
 	households  buckets[string]
@@ -116,6 +117,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Store == nil || deps.Hub == nil {
 		return nil, errors.New("relay: a store and a wake hub are required")
 	}
+	if cfg.AnswerTimeout <= 0 || cfg.AnswerMinRate <= 0 {
+		return nil, errors.New("relay: answers need a timeout and a minimum rate above zero")
+	}
 	s := &Server{
 		cfg:         cfg,
 		keys:        cfg.IssuerKeys,
@@ -145,6 +149,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
 	hub := "local"
 	if cfg.RelayReplicas > 1 {
 		hub = "redis"
@@ -193,7 +198,7 @@ func (s *Server) HeldPolls() int64 { return s.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
-	return takeResume(s.guardBody(s.cors(r, r)))
+	return s.answerDeadlines(takeResume(s.guardBody(s.cors(r, r))))
 }
 
 // router is the API's routes: what routes serves, and what the test that
@@ -306,10 +311,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		// No WriteTimeout: it would cut held polls. Polls end by their own
-		// deadline; request bodies get a read deadline in guardBody.
+		// No WriteTimeout: it would cut held polls. Each answer gets a
+		// write deadline of its own (answers.go); request bodies get a read
+		// deadline in guardBody.
 		// A parked poll's connection comes back with how its wait ended.
-		ConnContext: connContext,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return connContext(s.withAnswerTiming(ctx), c)
+		},
 	}
 	s.mu.Lock()
 	if s.shut || s.http != nil {
@@ -325,6 +333,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.http = srv
 	s.parking = newParking(ln.Addr(), srv.MaxHeaderBytes)
 	s.mu.Unlock()
+	ln = answerListener{Listener: ln, log: s.log, cut: s.metrics.answersCut.Inc}
 	parked := make(chan error, 1)
 	go func() { parked <- srv.Serve(s.parking.ln) }()
 	err := srv.Serve(ln)
