@@ -102,8 +102,10 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		TrustedProxies:      c.TrustedProxies,
 		CORSOrigins:         c.CORSOrigins,
 
-		AnswerTimeout: c.AnswerTimeout,
-		AnswerMinRate: c.AnswerMinRate,
+		AnswerTimeout:             c.AnswerTimeout,
+		AnswerMinRate:             c.AnswerMinRate,
+		AnswerBytesInFlight:       c.AnswerBytesInFlight,
+		DeviceAnswerBytesInFlight: c.DeviceAnswerBytesInFlight,
 	}
 }
 

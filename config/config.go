@@ -49,6 +49,11 @@ type Config struct {
 	// second, to be written.
 	AnswerTimeout time.Duration
 	AnswerMinRate int64
+	// Answer bytes being fetched, encoded and written at once: the relay's
+	// (0: from the memory target) and one device's (0: twice the largest
+	// answer a poll can make).
+	AnswerBytesInFlight       int64
+	DeviceAnswerBytesInFlight int64
 
 	RelayReplicas        int
 	RedisURL             string
@@ -168,6 +173,22 @@ var settings = []Setting{
 	{"FN_ANSWER_MIN_RATE", "65536", "bytes per second a client must read an answer at, at the least (see FN_ANSWER_TIMEOUT)", func(c *Config, v string) error {
 		n, err := positive(v, 1<<40)
 		c.AnswerMinRate = n
+		return err
+	}},
+	{"FN_ANSWER_BYTES_IN_FLIGHT", "", "answer bytes being read, encoded and written at once; past it a poll with envelopes waiting gets 429 answers_in_flight (empty: a quarter of the memory target, 256 MiB without one)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := positive(v, 1<<50)
+		c.AnswerBytesInFlight = n
+		return err
+	}},
+	{"FN_DEVICE_ANSWER_BYTES_IN_FLIGHT", "", "one device's answer bytes in flight; past it the device's next poll with envelopes waiting gets 429 answers_in_flight (empty: twice the largest answer a poll can make)", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		n, err := positive(v, 1<<50)
+		c.DeviceAnswerBytesInFlight = n
 		return err
 	}},
 	{"FN_ACK_INTERVAL", "200ms", "acknowledgements and device activity are written to the store in batches at least this often (a crash may lose the last interval's acks: those envelopes are delivered again)", func(c *Config, v string) error {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/wake"
 )
 
 // Answers a client does not read.
@@ -19,14 +23,17 @@ import (
 // base64), and a client that asks and never reads would otherwise keep it
 // for as long as it likes: in the relay's memory while the write blocks,
 // and in the kernel's send buffer, which takes a whole answer on loopback.
-// Two things bound that:
+// Three things bound that:
 //
 //   - every answer is written under a deadline that fits its size
 //     (FN_ANSWER_TIMEOUT plus its bytes at FN_ANSWER_MIN_RATE); past it the
 //     connection is reset, which frees the kernel's copy too;
 //   - the kernel holds at most sendQueueLowWater bytes of an answer not yet
 //     sent (TCP_NOTSENT_LOWAT), so a write to a client that does not read
-//     blocks, and meets its deadline, instead of vanishing into the kernel.
+//     blocks, and meets its deadline, instead of vanishing into the kernel;
+//   - the bytes of poll answers being fetched, encoded and written are
+//     bounded for the relay and for each device (answerBytes); a poll past
+//     either bound is refused with 429 answers_in_flight.
 
 // sendQueueLowWater is how much of an answer the kernel may hold unsent
 // per connection. Enough to keep a fast link busy between two writes.
@@ -142,4 +149,111 @@ func batchAnswerSize(b store.Batch) int64 {
 		payload += int64(len(e.Payload))
 	}
 	return answerSize(int64(len(b.Envelopes)), payload)
+}
+
+// Which limit refused a poll's answer, in the error body's "limit" field
+// and in fn_admission_refusals_total's reason.
+const (
+	limitDeviceAnswers = "device_answer_bytes"
+	limitRelayAnswers  = "relay_answer_bytes"
+)
+
+// answerBytes counts the bytes of poll answers in flight: reserved before a
+// poll fetches what it will answer, released once the answer is written
+// (or cut). An answer is let through whenever nothing else is in flight
+// for its device (or the relay), however large, so that no answer is
+// refused for ever.
+type answerBytes struct {
+	relayMax, deviceMax int64
+
+	total atomic.Int64 // for the gauge; written under mu
+	mu    sync.Mutex
+	per   map[wake.Key]int64
+}
+
+func newAnswerBytes(relayMax, deviceMax int64) *answerBytes {
+	return &answerBytes{relayMax: relayMax, deviceMax: deviceMax, per: make(map[wake.Key]int64)}
+}
+
+// take reserves n bytes for k's answer; it returns the limit that refused
+// them, or "".
+func (a *answerBytes) take(k wake.Key, n int64) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, total := a.per[k], a.total.Load()
+	switch {
+	case d > 0 && d+n > a.deviceMax:
+		return limitDeviceAnswers
+	case total > 0 && total+n > a.relayMax:
+		return limitRelayAnswers
+	}
+	a.per[k] = d + n
+	a.total.Store(total + n)
+	return ""
+}
+
+// add changes k's reservation by n, which may be negative; a growth is not
+// refused (the answer is already read).
+func (a *answerBytes) add(k wake.Key, n int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d := a.per[k] + n; d > 0 {
+		a.per[k] = d
+	} else {
+		delete(a.per, k)
+	}
+	a.total.Add(n)
+}
+
+// answerHold is one answer's reservation.
+type answerHold struct {
+	a   *answerBytes
+	key wake.Key
+	n   int64
+}
+
+// resize makes the reservation n bytes: what the answer turned out to be.
+func (h *answerHold) resize(n int64) {
+	if n != h.n {
+		h.a.add(h.key, n-h.n)
+		h.n = n
+	}
+}
+
+func (h *answerHold) release() { h.resize(0) }
+
+// holdAnswer reserves n bytes for an answer to k, or refuses the poll.
+func (s *Server) holdAnswer(k wake.Key, n int64) (answerHold, error) {
+	if limit := s.answers.take(k, n); limit != "" {
+		s.metrics.refusals.WithLabelValues(limit).Inc()
+		msg := "This device's answers already in flight are too large; read them, then poll again."
+		if limit == limitRelayAnswers {
+			msg = "The relay is writing as many answers as it may; try again."
+		}
+		return answerHold{}, &httpError{Status: http.StatusTooManyRequests, Code: codeAnswersInFlight, Limit: limit, Message: msg}
+	}
+	return answerHold{a: s.answers, key: k, n: n}, nil
+}
+
+// maxPollLimit is the most envelopes a poll may ask for (parsePoll).
+const maxPollLimit = 1000
+
+// pendingAnswerSize bounds the answer to a poll for which pending
+// envelopes wait, before they are read: at most limit of them, and at most
+// the budget of payload, or one envelope if that is more.
+func (cfg Config) pendingAnswerSize(pending int64, limit int) int64 {
+	n := min(max(pending, 1), int64(limit))
+	maxEnv := int64(cfg.MaxEnvelopeBytes)
+	return answerSize(n, min(n*maxEnv, max(cfg.PollBudgetBytes, maxEnv)))
+}
+
+// defaultAnswerBytes is FN_ANSWER_BYTES_IN_FLIGHT when it is not set: a
+// quarter of the runtime's memory target (GOMEMLIMIT, or what the binary
+// set from the container's limit), leaving the rest to held polls,
+// buffers and the collector's slack; 256 MiB without a target.
+func defaultAnswerBytes() int64 {
+	if target := debug.SetMemoryLimit(-1); target > 0 && target < math.MaxInt64 {
+		return target / 4
+	}
+	return 256 << 20
 }

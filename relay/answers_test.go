@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,8 +52,8 @@ func stalledPoll(t *testing.T, h *harness, tok, query string) net.Conn {
 }
 
 // TestNonReadingClientIsCut: an answer the client does not read is cut at
-// its deadline, which fits its size: the connection is reset, and the
-// envelopes are still there for the next poll;
+// its deadline, which fits its size: the connection is reset, the answer's
+// bytes are released, and the envelopes are still there for the next poll;
 // for a poll answered at once and for one that parked and was woken.
 // Red three ways: without the answer's own deadline (the one set when its
 // request came cut it too early), without any deadline (it waited in Write
@@ -99,6 +101,7 @@ func checkCut(t *testing.T, h *harness, tok string, c net.Conn, start time.Time,
 	if d := time.Since(start); d < timeout {
 		t.Fatalf("the answer was cut after %v, before its deadline of %v", d, timeout)
 	}
+	eventually(t, "the cut answer's bytes released", func() bool { return h.srv.answers.total.Load() == 0 })
 
 	// The client finds its connection reset before the answer's end.
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -129,4 +132,57 @@ func checkCut(t *testing.T, h *harness, tok string, c net.Conn, start time.Time,
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestAnswersInFlightBound: while a client sits on a large answer, its
+// device's next poll is refused 429 answers_in_flight (device_answer_bytes)
+// and so is another device's large answer once the relay's bound would be
+// passed (relay_answer_bytes); a small answer still fits. When the stalled
+// client goes, the bytes are released and both polls are answered. Taking
+// every reservation (take always "") turned this red.
+func TestAnswersInFlightBound(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.DeviceAnswerBytesInFlight = 1 << 20
+		c.AnswerBytesInFlight = 4 << 20
+		c.AnswerTimeout = time.Minute // released by the client's hang-up, not the deadline
+	})
+	fillDevice(t, h, "home", "phone", 32, 64<<10)
+	fillDevice(t, h, "other", "tablet", 32, 64<<10)
+	fillDevice(t, h, "third", "watch", 1, 100)
+	phone, tablet, watch := h.token("home", "phone"), h.token("other", "tablet"), h.token("third", "watch")
+
+	// Alone, the answer is let through whatever its size.
+	c := stalledPoll(t, h, phone, "cursor=0&wait=0")
+	eventually(t, "the stalled answer in flight", func() bool { return h.srv.answers.total.Load() > 2<<20 })
+
+	refused := func(tok, limit string) {
+		t.Helper()
+		r, err := h.do(context.Background(), "GET", "/v1/poll?cursor=0&wait=0", tok, nil)
+		if err != nil || r.status != http.StatusTooManyRequests {
+			t.Fatalf("poll beside a stalled answer: %d %.200s, %v; want 429", r.status, r.body, err)
+		}
+		var e errorBody
+		r.json(t, &e)
+		if e.Error != codeAnswersInFlight || e.Limit != limit || r.header.Get("Retry-After") == "" {
+			t.Fatalf("refusal = %s %v, want answers_in_flight %s with Retry-After", r.body, r.header, limit)
+		}
+		if got := testutil.ToFloat64(h.srv.metrics.refusals.WithLabelValues(limit)); got != 1 {
+			t.Fatalf("fn_admission_refusals_total{reason=%q} = %v, want 1", limit, got)
+		}
+	}
+	refused(phone, limitDeviceAnswers)
+	refused(tablet, limitRelayAnswers)
+	if p := h.poll(watch, "cursor=0&wait=0"); len(p.Envelopes) != 1 {
+		t.Fatalf("a small answer beside the stalled one: %+v", p)
+	}
+
+	// The client hangs up: its answer's bytes go, and the refused polls
+	// are answered.
+	c.Close()
+	eventually(t, "the stalled answer's bytes released", func() bool { return h.srv.answers.total.Load() == 0 })
+	for _, tok := range []string{phone, tablet} {
+		if p := h.poll(tok, "cursor=0&wait=0"); len(p.Envelopes) != 32 {
+			t.Fatalf("after the release a poll got %d envelopes, want 32", len(p.Envelopes))
+		}
+	}
 }

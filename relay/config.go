@@ -27,6 +27,11 @@ type Config struct {
 	// second, to be written; then its connection is cut (answers.go).
 	AnswerTimeout time.Duration
 	AnswerMinRate int64
+	// AnswerBytesInFlight bounds the bytes of poll answers being fetched,
+	// encoded and written at once (0: a quarter of the memory target);
+	// DeviceAnswerBytesInFlight one device's (0: twice the largest answer).
+	AnswerBytesInFlight       int64
+	DeviceAnswerBytesInFlight int64
 
 	// RelayReplicas above 1: the relays share the store and wake each
 	// other through the hub, which the server then watches.

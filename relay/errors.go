@@ -23,6 +23,7 @@ const (
 	codeIDConflict      = "id_conflict"
 	codeQueueFull       = "queue_full"
 	codeRateLimited     = "rate_limited"
+	codeAnswersInFlight = "answers_in_flight"
 	codeOverloaded      = "overloaded"
 	codeCursorAhead     = "cursor_ahead"
 	codeUnavailable     = "unavailable"

@@ -117,6 +117,12 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_sends_in_flight_limit", Help: "Sends that may be processed at once (FN_SEND_INFLIGHT).",
 		}, func() float64 { return float64(cap(s.inflight)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_answer_bytes_in_flight", Help: "Bytes of poll answers being read, encoded and written now.",
+		}, func() float64 { return float64(s.answers.total.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_answer_bytes_in_flight_limit", Help: "Bytes of poll answers that may be in flight at once (FN_ANSWER_BYTES_IN_FLIGHT, or a quarter of the memory target).",
+		}, func() float64 { return float64(s.cfg.AnswerBytesInFlight) }),
 	}
 	if ps, ok := st.(store.PoolStatser); ok {
 		cs = append(cs, poolCollector{ps})
@@ -126,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 			return nil, err
 		}
 	}
-	for _, r := range []string{refusedInflight, refusedRate, refusedHouseholdRate, refusedHeldPolls, refusedDevicePollRate} {
+	for _, r := range []string{refusedInflight, refusedRate, refusedHouseholdRate, refusedHeldPolls, refusedDevicePollRate, limitDeviceAnswers, limitRelayAnswers} {
 		m.refusals.WithLabelValues(r) // show zero before the first refusal
 	}
 	for _, r := range tokenRefusalReasons {

@@ -221,6 +221,15 @@ func TestOpenAPIStatuses(t *testing.T) {
 	cancel()
 	wg.Wait()
 
+	// Answers in flight: while a client sits on its answer, its device's
+	// next poll is refused.
+	stalled := newHarness(t, func(c *Config) { c.DeviceAnswerBytesInFlight = 1 << 20 })
+	fillDevice(t, stalled, "home", "phone", 32, 64<<10)
+	stalledPoll(t, stalled, stalled.token("home", "phone"), "cursor=0&wait=0")
+	eventually(t, "an answer in flight", func() bool { return stalled.srv.answers.total.Load() > 2<<20 })
+	c.check(call{h: stalled, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, status: 429, code: codeAnswersInFlight, limit: limitDeviceAnswers})
+	c.check(call{h: stalled, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, header: wantMsgpack, status: 429, code: codeAnswersInFlight, limit: limitDeviceAnswers})
+
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			for code := range op.Responses.Map() {

@@ -197,7 +197,9 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 }
 
 // deliver fetches what is waiting above after and answers with it; done is
-// false when nothing was there after all.
+// false when nothing was there after all. The answer's bytes are held
+// against the bounds on answers in flight from before the fetch until they
+// are written; past a bound the poll is refused.
 func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, limit int) (done bool, err error) {
 	key := wake.Key{Household: c.Household, Device: c.Device}
 	if pos.Head == after+1 {
@@ -208,15 +210,27 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 				notePoll(r.Context(), pollRemoved)
 				return true, s.refuseToken(r, refusedRemoved, nil)
 			}
+			b := store.Batch{Envelopes: []store.Envelope{e}}
+			hold, err := s.holdAnswer(key, batchAnswerSize(b))
+			if err != nil {
+				return true, err
+			}
+			defer hold.release()
 			notePoll(r.Context(), pollDelivered)
-			writePoll(w, r, after, store.Batch{Envelopes: []store.Envelope{e}})
+			writePoll(w, r, after, b)
 			return true, nil
 		}
 	}
+	hold, err := s.holdAnswer(key, s.cfg.pendingAnswerSize(pos.Head-after, limit))
+	if err != nil {
+		return true, err
+	}
+	defer hold.release()
 	batch, err := s.fetch(ctx, c, after, limit)
 	if err != nil {
 		return true, err
 	}
+	hold.resize(batchAnswerSize(batch))
 	if len(batch.Envelopes) == 0 {
 		// Nothing stored up to the head (expired unread): later polls
 		// need not look again until the head moves.

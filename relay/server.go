@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -82,6 +83,7 @@ type Server struct {
 	draining    atomic.Bool
 	readiness   readiness
 	held        atomic.Int64 // polls currently held (waiting)
+	answers     *answerBytes // poll answers in flight (answers.go)
 	timing      answerTiming // how long answers have to be written
 	inflight    chan struct{}
 	limiter     *rate.Limiter
@@ -150,6 +152,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.now = time.Now
 	}
 	s.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
+	if s.cfg.DeviceAnswerBytesInFlight == 0 {
+		s.cfg.DeviceAnswerBytesInFlight = 2 * s.cfg.pendingAnswerSize(math.MaxInt64, maxPollLimit)
+	}
+	if s.cfg.AnswerBytesInFlight == 0 {
+		s.cfg.AnswerBytesInFlight = defaultAnswerBytes()
+	}
+	s.answers = newAnswerBytes(s.cfg.AnswerBytesInFlight, s.cfg.DeviceAnswerBytesInFlight)
+	s.log.Info("poll answers in flight bounded", "relay_bytes", s.cfg.AnswerBytesInFlight, "device_bytes", s.cfg.DeviceAnswerBytesInFlight,
+		"answer_timeout", s.cfg.AnswerTimeout, "answer_min_rate", s.cfg.AnswerMinRate)
 	hub := "local"
 	if cfg.RelayReplicas > 1 {
 		hub = "redis"
