@@ -52,6 +52,8 @@ type hostile struct {
 	householdBurst float64
 	// burstFor bounds one household burst.
 	burstFor time.Duration
+	// slow is the slow readers (slowread.go); nil without them.
+	slow *slowReaders
 
 	mu       sync.Mutex
 	requests int
@@ -82,7 +84,29 @@ func newHostile(r *runner, cfg *config) *hostile {
 		h.targets = append(h.targets, u.Host)
 	}
 	_, h.forger, _ = ed25519.GenerateKey(rand.Reader)
+	if cfg.slowReaders > 0 {
+		h.slow = newSlowReaders(h, cfg)
+	}
 	return h
+}
+
+// stopAt is when the hostile requests still under way after the offered
+// duration (ending at end) are given up: once the relay has had its limit
+// to close or refuse each, the slow readers' included, whose polls may go
+// out late. It moves while the slow readers fill their device.
+func (h *hostile) stopAt(end time.Time) time.Time {
+	at := end.Add(h.closeLimit)
+	if h.slow != nil {
+		at = later(at, h.slow.due())
+	}
+	return at.Add(time.Second)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // The hostile connections write their requests by hand (rawhttp.go), so
@@ -235,6 +259,9 @@ func (h *hostile) run(ctx context.Context, end time.Time) {
 	var wg sync.WaitGroup
 	for i := range h.n {
 		wg.Go(func() { h.worker(ctx, i, end) })
+	}
+	if h.slow != nil {
+		wg.Go(func() { h.slow.run(ctx, end) })
 	}
 	wg.Wait()
 }
@@ -583,11 +610,16 @@ func (h *hostile) note(ctx context.Context, kind, outcome, fail string) {
 func (h *hostile) summary() *report.Hostile {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return &report.Hostile{
+	out := &report.Hostile{
 		Connections:       h.n,
 		Requests:          h.requests,
 		Outcomes:          h.outcomes,
 		Failures:          h.failures,
 		CloseLimitSeconds: math.Round(h.closeLimit.Seconds()*10) / 10,
 	}
+	if h.slow != nil {
+		out.SlowReaders = h.slow.n
+		out.SlowReaderRounds, out.SlowReaderConnections, out.SlowReaderLimitSeconds, out.TCPMemoryStartBytes, out.TCPMemoryPeakBytes = h.slow.summary()
+	}
+	return out
 }

@@ -143,3 +143,24 @@ func failureList(m map[string]int) string {
 	}
 	return b.String()
 }
+
+// TestSlowReadersCatchALenientRelay: a relay that hands a client that
+// never reads its whole answer, as one without a bound on what the kernel
+// holds unsent does, fails the run; so would one that never cuts such an
+// answer. Judging a slow reader by its status alone turned this red.
+func TestSlowReadersCatchALenientRelay(t *testing.T) {
+	r := testRunner(t, []string{lenientRelay(t)}, 1)
+	cfg := &config{hostile: 1, slowReaders: 3, relay: relayconfig.Default()}
+	h := newHostile(r, cfg)
+	h.slow.limit = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h.slow.run(ctx, time.Now())
+	got := h.summary()
+	if n := got.Failures[slowReaderKind+": an answer handed whole to a client that did not read"]; n != 3 {
+		t.Errorf("slow readers failed %d times, want 3; failures:\n%s", n, failureList(got.Failures))
+	}
+	if got.SlowReaders != 3 || got.SlowReaderRounds != 1 || got.SlowReaderConnections != 3 {
+		t.Errorf("slow readers %d, rounds %d, connections %d; want 3, 1, 3", got.SlowReaders, got.SlowReaderRounds, got.SlowReaderConnections)
+	}
+}

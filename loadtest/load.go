@@ -71,6 +71,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			DrainSeconds:     cfg.drain.Seconds(),
 			AckMode:          cfg.ackMode,
 			Hostile:          cfg.hostile,
+			SlowReaders:      slowReadersOf(cfg),
 			RelayMemoryBytes: cfg.relayMemory,
 			RelayEnv:         cfg.relayEnv,
 		},
@@ -236,17 +237,27 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	return nil
 }
 
+// slowReadersOf is how many slow readers a round opens: none without
+// hostile connections.
+func slowReadersOf(cfg *config) int {
+	if cfg.hostile == 0 {
+		return 0
+	}
+	return cfg.slowReaders
+}
+
 // fileNeed is how many descriptors the tester needs: a connection per held
 // poll, sends in flight, the hostile connections (a burst opens several),
 // and slack. The relays it starts inherit its limit and need about as
 // many: with several replicas each held poll can hold a Redis connection
 // besides its socket.
 func fileNeed(cfg *config) uint64 {
-	tester := cfg.pairs + 1024 + 5*cfg.hostile + 64
+	slow := slowReadersOf(cfg)
+	tester := cfg.pairs + 1024 + 5*cfg.hostile + slow + 64
 	relay := 0
 	if len(cfg.urls) == 0 {
 		perRelay := (cfg.pairs + cfg.replicas - 1) / cfg.replicas
-		relay = 2*perRelay + 5*cfg.hostile + 4096
+		relay = 2*perRelay + 5*cfg.hostile + slow + 4096
 	}
 	return uint64(max(tester, relay))
 }
@@ -621,9 +632,23 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	if h != nil {
 		// Hostile requests still waiting for the relay to close their
 		// connection get until their limit, and no longer.
-		stop := time.AfterFunc(time.Until(end.Add(h.closeLimit+time.Second)), stopHostile)
+		waited := make(chan struct{})
+		go func() {
+			for {
+				d := time.Until(h.stopAt(end))
+				if d <= 0 {
+					stopHostile()
+					return
+				}
+				select {
+				case <-time.After(d):
+				case <-waited:
+					return
+				}
+			}
+		}()
 		hostiles.Wait()
-		stop.Stop()
+		close(waited)
 		res.hostile = h.summary()
 	}
 

@@ -495,12 +495,15 @@ func TestCrashRunExplicitAcks(t *testing.T) {
 }
 
 // TestHostileRun floods the relay from four connections beside the load,
-// under a memory cap, with short body and household limits so that every
-// kind of request runs to its end within seconds.
+// and twenty slow readers, under a memory cap, with short body, household
+// and answer limits (and envelopes of 1 MiB, so that the slow readers' 2
+// MiB take two sends) so that every kind of request runs to its end within
+// seconds.
 func TestHostileRun(t *testing.T) {
 	bin := needRelay(t)
-	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-hostile", "4", "-relay-memory", "256MiB",
-		"-relay-env", "FN_BODY_TIMEOUT=1s FN_HOUSEHOLD_SEND_BURST=20 FN_HOUSEHOLD_SEND_RATE=10"}, shortRun...)...)
+	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-hostile", "4", "-slow-readers", "20", "-relay-memory", "256MiB",
+		"-relay-env", "FN_BODY_TIMEOUT=1s FN_HOUSEHOLD_SEND_BURST=20 FN_HOUSEHOLD_SEND_RATE=10",
+		"-relay-env", "FN_ANSWER_TIMEOUT=1s FN_ANSWER_MIN_RATE=10000000 FN_MAX_ENVELOPE_BYTES=1048576"}, shortRun...)...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
@@ -530,6 +533,14 @@ func TestHostileRun(t *testing.T) {
 	}
 	if h.Outcomes["household burst"]["429 rate_limited (household_send_rate)"] == 0 {
 		t.Errorf("household burst: %v, want its own bucket to refuse", h.Outcomes["household burst"])
+	}
+	// The device's answers in flight: two answers of 2 MiB fit its bound,
+	// and are cut; the other polls are refused.
+	slow := h.Outcomes[slowReaderKind]
+	if h.SlowReaders != 20 || h.SlowReaderConnections != 20*h.SlowReaderRounds || h.SlowReaderRounds < 1 || h.SlowReaderLimitSeconds <= 0 ||
+		slow["429 answers_in_flight (device_answer_bytes)"] == 0 || slow["200 cut"]+slow["reset before the status line (cut)"] == 0 {
+		t.Errorf("slow readers: %d a round, %d rounds, %d connections, limit %v s, outcomes %v",
+			h.SlowReaders, h.SlowReaderRounds, h.SlowReaderConnections, h.SlowReaderLimitSeconds, slow)
 	}
 	m := rep.Memory
 	if m == nil {

@@ -39,8 +39,9 @@ fi
 # so that the page can give memory per held poll as the slope between
 # them. The crash runs kill the relay twice (SIGKILL, restart on the same
 # data and port) with recipients that acknowledge with POST /v1/ack. The
-# hostile run floods one relay from 200 connections beside the load, under
-# a 256 MiB memory cap. The 20,000-pair replica run holds 10,000 polls on
+# hostile run floods one relay from 200 connections beside the load, and
+# from 600 slow readers of one token (-slow-readers' default), under a
+# 256 MiB memory cap. The 20,000-pair replica run holds 10,000 polls on
 # each of two relays, every send crossing relays.
 scenarios=(
 	"sqlite-200x50|-store sqlite -pairs 200 -rate 50"

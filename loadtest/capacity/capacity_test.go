@@ -251,7 +251,9 @@ func newerReports() map[string]*report.Report {
 		Outcomes: map[string]map[string]int{
 			"token forged":                     {"401 unauthorized": 900},
 			"unsent body (chunked), GET /live": {"200 +closed": 300},
-		}}
+		},
+		SlowReaders: 600, SlowReaderRounds: 1, SlowReaderConnections: 600, SlowReaderLimitSeconds: 63.2,
+		TCPMemoryStartBytes: 2_000_000, TCPMemoryPeakBytes: 5_000_000}
 	hostile.Memory = &report.Memory{LimitBytes: 256 << 20, Enforced: "cgroup v1", AppliedBytes: 256 << 20,
 		GoMemLimit: "268435456", PeakRSSBytes: 150_000_000, CgroupPeakBytes: 170_000_000}
 
@@ -296,6 +298,8 @@ func TestRenderNewerEvidence(t *testing.T) {
 		"| hostile-1000x100 | 200 | 52,000 | 40.0 s | 0 |",
 		"| hostile-1000x100 | token forged | 900 | 401 unauthorized: 900 |",
 		"| hostile-1000x100 | unsent body (chunked), GET /live | 300 | 200 +closed: 300 |",
+		"#### Slow readers",
+		"| hostile-1000x100 | 600 | 1 | 63.2 s | 2 MB → 5 MB |",
 		"#### Memory limit",
 		"| hostile-1000x100 | 256 MiB | cgroup v1 | 256 MiB | 150 MB | 170 MB | no |",
 		"#### Redis connections",
@@ -325,7 +329,7 @@ func TestRenderOlderEvidenceHasNoNewerTables(t *testing.T) {
 		"sqlite-1000x100.json": sample("sqlite-1000x100", "sqlite", 1000, 100),
 		"pg-2000x150.json":     sample("pg-2000x150", "postgres", 2000, 150),
 	})
-	for _, header := range []string{"Memory per held poll", "Crashes", "Hostile requests", "Memory limit", "Redis connections", "Relay settings changed"} {
+	for _, header := range []string{"Memory per held poll", "Crashes", "Hostile requests", "Slow readers", "Memory limit", "Redis connections", "Relay settings changed"} {
 		if strings.Contains(got, "#### "+header) {
 			t.Errorf("page has a %q table without evidence for it", header)
 		}

@@ -79,6 +79,21 @@ func renderNew(b *strings.Builder, entries []entry) {
 		table(b, []string{"Run", "Kind", "Requests", "Outcomes"}, "llrl", hostileRows)
 	}
 
+	var slowRows [][]string
+	for _, e := range entries {
+		h := e.r.Hostile
+		if h == nil || h.SlowReaders == 0 {
+			continue
+		}
+		slowRows = append(slowRows, []string{runName(e), count(h.SlowReaders), count(h.SlowReaderRounds), seconds(h.SlowReaderLimitSeconds),
+			report.FormatBytes(h.TCPMemoryStartBytes) + " → " + report.FormatBytes(h.TCPMemoryPeakBytes)})
+	}
+	if len(slowRows) > 0 {
+		b.WriteString("\n#### Slow readers\n\n")
+		b.WriteString("One device token of the hostile runs sends itself 2 MiB, then opens a round of connections with a 4 KiB receive buffer, each polling `cursor=0&wait=0`, and reads nothing until the limit (the relay's `FN_ANSWER_TIMEOUT` plus the answer's size at `FN_ANSWER_MIN_RATE`, plus 10 s); rounds follow until the offered duration is over. Each answer must by then have been refused or cut: one left open, or handed whole to the kernel while nobody read it, fails the run. Their outcomes are the slow reader rows above. Kernel TCP memory is the machine's, every socket's (the tester's too), as the slow readers began and at its peak while they ran.\n\n")
+		table(b, []string{"Run", "A round", "Rounds", "Limit", "Kernel TCP memory"}, "lrrrl", slowRows)
+	}
+
 	var memRows [][]string
 	for _, e := range entries {
 		m := e.r.Memory

@@ -148,6 +148,20 @@ type Hostile struct {
 	// CloseLimitSeconds is how long the relay had to close a connection
 	// whose request never finished: its body timeout plus slack.
 	CloseLimitSeconds float64 `json:"close_limit_seconds"`
+	// SlowReaders is how many connections of one device token each round
+	// of the slow readers opened: each polls with about 2 MiB waiting and
+	// reads nothing until SlowReaderLimitSeconds after its poll (the
+	// relay's answer timeout plus the answer's size at its minimum rate,
+	// plus slack), by when the relay must have refused or cut the answer.
+	SlowReaders            int     `json:"slow_readers,omitempty"`
+	SlowReaderRounds       int     `json:"slow_reader_rounds,omitempty"`
+	SlowReaderConnections  int     `json:"slow_reader_connections,omitempty"`
+	SlowReaderLimitSeconds float64 `json:"slow_reader_limit_seconds,omitempty"`
+	// TCPMemory is the machine's kernel TCP buffer memory (every socket's,
+	// the tester's too) as the slow readers began, and its peak while
+	// they ran.
+	TCPMemoryStartBytes int64 `json:"tcp_memory_start_bytes,omitempty"`
+	TCPMemoryPeakBytes  int64 `json:"tcp_memory_peak_bytes,omitempty"`
 }
 
 // Memory is the memory cap the relays ran under.
@@ -221,6 +235,7 @@ type Config struct {
 	// restart began.
 	CrashDownSeconds float64  `json:"crash_down_seconds,omitempty"`
 	Hostile          int      `json:"hostile,omitempty"`
+	SlowReaders      int      `json:"slow_readers,omitempty"`
 	RelayMemoryBytes int64    `json:"relay_memory_bytes,omitempty"`
 	RelayEnv         []string `json:"relay_env,omitempty"`
 	// SourceAddresses is how many loopback source addresses the pairs'
