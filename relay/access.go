@@ -157,15 +157,11 @@ func (s *Server) writeAccess(ctx context.Context, l accessLine) {
 }
 
 // refusal reports whether an answer is one that a client can provoke in a
-// loop: a 4xx other than a 429 (which a client's own bucket already
-// bounds), and not a hangup. A cursor_ahead 409 counts: one token can ask
-// for it as fast as it likes.
+// loop: any 4xx but a hangup. A token can ask for a cursor_ahead 409 or a
+// 429 as fast as it likes: the bucket that refuses a request bounds what
+// it costs, not the lines it would write.
 func refusal(status int) bool {
-	switch {
-	case status < 400 || status > 499, status == statusHangup, status == http.StatusTooManyRequests:
-		return false
-	}
-	return true
+	return status >= 400 && status <= 499 && status != statusHangup
 }
 
 // appendSafeQuery logs the query parameters that say nothing about anyone:
