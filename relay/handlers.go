@@ -14,8 +14,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/edkey"
-	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -103,43 +103,20 @@ func (s *Server) authenticate(r *http.Request, holds bool) (*token.Claims, error
 }
 
 // life is the token's device's current life: from memory, which the hub
-// keeps current on every relay (what is known of the device, or the list
-// of every removal), or, while neither knows, read from the store (without
-// registering the device: a sender need not be registered). Memory may
-// not have heard of a removal yet, so whatever creates, registers or
-// acknowledges for the device checks the token again, in the store
-// (issuedAt) or against the life the store read.
+// keeps current on every relay, or read from the store. Memory may not have
+// heard of a removal yet, so whatever creates, registers or acknowledges
+// for the device checks the token again, in the store (issuedAt) or against
+// the life the store read.
 func (s *Server) life(ctx context.Context, c *token.Claims) (device.Life, error) {
-	key := wake.Key{Household: c.Household, Device: c.Device}
-	if life, ok := s.knownLife(key); ok {
+	key := c.Key()
+	if life, ok := s.memory.KnownLife(key); ok {
 		return life, nil
 	}
-	ticket := s.positions.Begin(key)
-	st, err := offload(func() (store.DeviceState, error) {
+	return offload(func() (device.Life, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()
-		return s.store.State(ctx, c.Household, c.Device)
+		return s.memory.Life(ctx, key)
 	})
-	if err != nil {
-		return device.Life{}, err
-	}
-	pos := s.positions.Fill(key, ticket, stateOf(st))
-	return pos.Life, nil
-}
-
-// knownLife is k's current life, if memory knows it.
-func (s *Server) knownLife(k wake.Key) (device.Life, bool) {
-	pos, known := s.positions.Get(k)
-	listed, ok := s.removals.get(k)
-	if !known && !ok {
-		return device.Life{}, false
-	}
-	return listed.Later(pos.Life), true
-}
-
-// stateOf is a store read as memory keeps it.
-func stateOf(st store.DeviceState) position.State {
-	return position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, Life: st.Life}
 }
 
 // issuedAt is when the token was issued, as the store checks it against
@@ -258,21 +235,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	key := wake.Key{Household: c.Household, Device: c.Device}
-	ticket := s.positions.Begin(key)
-	d, err := s.store.Register(ctx, p)
+	d, err := s.memory.Register(ctx, p)
 	if err != nil {
 		return err
-	}
-	// What the registration read is where the device stands: its first
-	// poll need not read it again.
-	if life, ok := s.knownLife(key); ok {
-		s.positions.Fill(key, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, Life: life})
-	}
-	s.positions.Registered(key, p.Now)
-	// Acks not yet written are the device's all the same.
-	if pos, ok := s.positions.Get(key); ok {
-		d.Cursor = max(d.Cursor, pos.Cursor)
 	}
 	writeBody(w, r, http.StatusOK, registerResponse{Household: d.Household, Device: d.Name, Cursor: d.Cursor})
 	return nil
@@ -374,7 +339,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 	if errors.Is(err, store.ErrQueueFull) || errors.Is(err, store.ErrHouseholdFull) {
 		// The store's pending counts lag the acks this relay has not
 		// written yet: write the household's now and try once more.
-		if s.acks.flushHousehold(ctx, c.Household) {
+		if s.memory.FlushHousehold(ctx, c.Household) {
 			res, err = s.store.Send(ctx, p)
 		}
 	}
@@ -387,7 +352,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 		// holding a recipient's poll (this one or another) hands the
 		// envelope over without reading back what was just written.
 		var env *store.Envelope
-		if len(req.Payload) <= wakeEnvelopeMax {
+		if len(req.Payload) <= devices.WakeEnvelopeMax {
 			env = &store.Envelope{ID: req.ID, From: c.Device, SentAt: p.Now.UTC().Truncate(time.Microsecond), Payload: req.Payload}
 		}
 		s.afterCommit(r.Context(), c.Household, res.Deliveries, env)
@@ -452,7 +417,7 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		if env != nil {
 			e := *env
 			e.Seq = d.Seq
-			wakes[i].Envelope = encodeEnvelope(e)
+			wakes[i].Envelope = devices.EncodeEnvelope(e)
 		}
 	}
 	// Who holds a poll is read before the wake-up: a poll the wake-up

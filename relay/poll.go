@@ -90,7 +90,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		return nil, errDraining
 	}
 	ctx := r.Context()
-	key := wake.Key{Household: c.Household, Device: c.Device}
+	key := c.Key()
 	p := &pollState{s: s, q: q, resume: rs}
 
 	// The waiter is registered BEFORE the first read of the device's
@@ -201,11 +201,11 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // against the bounds on answers in flight from before the fetch until they
 // are written; past a bound the poll is refused.
 func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, limit int) (done bool, err error) {
-	key := wake.Key{Household: c.Household, Device: c.Device}
+	key := c.Key()
 	if pos.Head == after+1 {
 		// One envelope waits: if it was committed here a moment ago, it
 		// is in memory, checked against the removal its send saw.
-		if e, ok := s.recent.get(key, pos.Head, pos.Life, time.Now()); ok {
+		if e, ok := s.memory.Recent(key, pos.Head, pos.Life); ok {
 			if !pos.Life.Admits(c.IssuedAt) {
 				notePoll(r.Context(), pollRemoved)
 				return true, s.refuseToken(r, refusedRemoved, nil)
@@ -234,7 +234,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if len(batch.Envelopes) == 0 {
 		// Nothing stored up to the head (expired unread): later polls
 		// need not look again until the head moves.
-		s.positions.Empty(key, pos.Life, pos.Head)
+		s.memory.Empty(key, pos.Life, pos.Head)
 		return false, nil
 	}
 	// Read in the same snapshot as the envelopes: a removal this relay has
@@ -320,7 +320,7 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 	if err != nil {
 		return pos, err
 	}
-	key := wake.Key{Household: c.Household, Device: c.Device}
+	key := c.Key()
 	now := s.now()
 	if cursor > pos.Head && !pos.AheadOf(cursor, now) {
 		// Memory may not have heard of the latest send yet: the store
@@ -330,7 +330,7 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 			return pos, err
 		}
 		if cursor > pos.Head {
-			s.positions.HeadRead(key, pos.Life, pos.Head, now)
+			s.memory.HeadRead(key, pos.Life, pos.Head, now)
 		}
 	}
 	// Whatever memory knew when the token was checked, the life read here
@@ -342,27 +342,13 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 		head := pos.Head
 		return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head}
 	}
-	seen := time.Time{}
-	if s.positions.Touch(key, now, lastSeenEvery) {
-		seen = now
-	}
-	if cursor > pos.Cursor {
-		s.positions.Acked(key, pos.Life, cursor)
-		pos.Cursor = cursor
-		s.acks.add(key, cursor, seen, pos.Life)
-	} else if !seen.IsZero() {
-		s.acks.add(key, -1, seen, pos.Life)
-	}
-	return pos, nil
+	return s.memory.Acknowledge(key, pos, cursor, now), nil
 }
-
-// lastSeenEvery is how often a device's activity is written at most.
-const lastSeenEvery = time.Minute
 
 // position is what is known of the token's device: from memory, or read
 // from the store (and registered, for a device's first poll or ack).
 func (s *Server) position(ctx context.Context, c *token.Claims) (position.State, error) {
-	if pos, ok := s.positions.Get(wake.Key{Household: c.Household, Device: c.Device}); ok && pos.Exists {
+	if pos, ok := s.memory.Known(c.Key()); ok && pos.Exists {
 		return pos, nil
 	}
 	return s.readPosition(ctx, c)
@@ -373,27 +359,13 @@ func (s *Server) position(ctx context.Context, c *token.Claims) (position.State,
 // older than the device's last removal: store.ErrRemoved), and merges it
 // into memory.
 func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.State, error) {
-	key := wake.Key{Household: c.Household, Device: c.Device}
-	ticket := s.positions.Begin(key)
-	st, err := offload(func() (store.DeviceState, error) {
+	return offload(func() (position.State, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()
-		st, err := s.store.State(ctx, c.Household, c.Device)
-		if err != nil || st.Exists {
-			return st, err
-		}
 		// The store judges the token in the statement that would register
 		// the device, against removals this relay may not have heard of.
-		p, err := s.store.Ack(ctx, store.AckParams{Household: c.Household, Device: c.Device, Cursor: -1, Now: s.now(), IssuedAt: issuedAt(c)})
-		if err != nil {
-			return st, err
-		}
-		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, Life: st.Life}, nil
+		return s.memory.Read(ctx, c.Key(), issuedAt(c))
 	})
-	if err != nil {
-		return position.State{}, err
-	}
-	return s.positions.Fill(key, ticket, stateOf(st)), nil
 }
 
 func (s *Server) fetch(ctx context.Context, c *token.Claims, after int64, limit int) (store.Batch, error) {

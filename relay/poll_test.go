@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/servicetest"
-	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
 )
@@ -203,7 +203,7 @@ func TestIdlePollsCostNoStore(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	h.srv.acks.close() // write what gathered, as at shutdown
+	h.srv.memory.Close() // write what gathered, as at shutdown
 	after := calls()
 	for _, op := range []string{"state", "ack", "fetch", "register", "send"} {
 		if d := after[op] - before[op]; d != 0 {
@@ -312,7 +312,7 @@ func TestLiveDeliveryKnowsTheDevicesLife(t *testing.T) {
 	fresh := a.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now().Add(time.Second), Expires: time.Now().Add(time.Hour)})
 	a.must("POST", "/v1/register", fresh, nil, http.StatusOK)
 	eventually(t, "b hears of the removal", func() bool {
-		pos, ok := b.srv.positions.Get(wake.Key{Household: "home", Device: "phone"})
+		pos, ok := b.srv.memory.Known(wake.Key{Household: "home", Device: "phone"})
 		return ok && !pos.Life.IsZero()
 	})
 	held := heldPoll(b, fresh, "cursor=0&wait=10")
@@ -331,7 +331,7 @@ func TestWakeCarriesSmallEnvelopes(t *testing.T) {
 	phone := b.register("home", "phone")
 	laptop := a.register("home", "laptop")
 	fetches := func() float64 { return testutil.ToFloat64(b.srv.metrics.storeCalls.WithLabelValues("fetch")) }
-	for i, size := range []int{100, wakeEnvelopeMax, wakeEnvelopeMax + 1} {
+	for i, size := range []int{100, devices.WakeEnvelopeMax, devices.WakeEnvelopeMax + 1} {
 		before := fetches()
 		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=10", i))
 		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
@@ -342,25 +342,11 @@ func TestWakeCarriesSmallEnvelopes(t *testing.T) {
 			t.Fatalf("poll %d = %+v", i, p)
 		}
 		want := 0.0
-		if size > wakeEnvelopeMax {
+		if size > devices.WakeEnvelopeMax {
 			want = 1
 		}
 		if d := fetches() - before; d != want {
 			t.Fatalf("a %d-byte envelope from another relay made %v fetches, want %v", size, d, want)
-		}
-	}
-}
-
-func TestEnvelopeEncoding(t *testing.T) {
-	e := store.Envelope{Seq: 42, ID: "id-1", From: "laptop", SentAt: time.UnixMicro(1_800_000_000_123_456).UTC(), Payload: []byte("payload\x00bytes")}
-	b := encodeEnvelope(e)
-	got, err := decodeEnvelope(b)
-	if err != nil || got.Seq != e.Seq || got.ID != e.ID || got.From != e.From || !got.SentAt.Equal(e.SentAt) || !bytes.Equal(got.Payload, e.Payload) {
-		t.Fatalf("round trip = %+v %v", got, err)
-	}
-	for n := range len(b) - len(e.Payload) {
-		if _, err := decodeEnvelope(b[:n]); err == nil {
-			t.Fatalf("an envelope cut to %d bytes decoded", n)
 		}
 	}
 }

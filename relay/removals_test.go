@@ -32,7 +32,7 @@ func listed(t *testing.T, h *harness) time.Time {
 	t.Helper()
 	var at time.Time
 	eventually(t, "the list of removals read", func() bool {
-		life, ok := h.srv.removals.get(tablet)
+		life, ok := h.srv.memory.Listed(tablet)
 		at = life.RemovedAt()
 		return ok
 	})

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/internal/position"
+	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -53,9 +53,6 @@ type Deps struct {
 	Now func() time.Time
 	// Metrics is where the API registers its series; nil: not exported.
 	Metrics prometheus.Registerer
-	// Positions is the memory of devices' positions; nil: a new one. The
-	// server makes it the hub's observer.
-	Positions *position.Cache
 }
 
 // Server serves the API for one relay process.
@@ -70,11 +67,8 @@ type Server struct {
 	accessLogs *slog.Logger
 	now        func() time.Time
 
-	positions   *position.Cache
+	memory      *devices.Memory
 	corsOrigins corsOrigins
-	recent      recent
-	acks        *acks
-	removals    *removals
 	parking     *parking // nil until Serve
 	fleet       *fleet   // nil with one relay
 	handler     http.Handler
@@ -125,7 +119,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		keys:        cfg.IssuerKeys,
-		positions:   deps.Positions,
 		hub:         deps.Hub,
 		push:        deps.Push,
 		log:         deps.Logger,
@@ -165,9 +158,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RelayReplicas > 1 {
 		hub = "redis"
 	}
-	if s.positions == nil {
-		s.positions = position.New(0)
-	}
 	s.corsOrigins = corsOrigins{list: cfg.CORSOrigins}
 	if slices.Equal(cfg.CORSOrigins, []string{"*"}) {
 		s.corsOrigins = corsOrigins{any: true}
@@ -181,23 +171,25 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.metrics = m
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
-	s.removals = newRemovals(s.store, s.log)
-	s.hub.Observe(observer{s})
-	// Only once the hub tells the observer of removals: one committed
-	// after the list's read is then heard, and merged into the list
+	s.memory = devices.New(devices.Config{
+		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,
+		OnAcks: func(deleted int64, err error) {
+			s.metrics.acked.Add(float64(deleted))
+			if err != nil {
+				s.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
+			}
+		},
+	})
+	s.hub.Observe(s.memory)
+	// Only once the hub tells memory of removals: one committed after the
+	// list's read is then heard, and merged into the list
 	// (TestRemovalsHeardDuringRead). No test can catch this line moved
 	// above Observe: the window it would open is a few instructions wide.
-	s.removals.start()
+	s.memory.Start()
 	s.handler = s.routes()
 	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
 		s.fleet = newFleet(s.store, fh, s.log, m.fleetTroubled)
 	}
-	s.acks = newAcks(s.store, cfg.AckInterval, cfg.StoreTimeout, func(deleted int64, err error) {
-		s.metrics.acked.Add(float64(deleted))
-		if err != nil {
-			s.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
-		}
-	})
 	return s, nil
 }
 
@@ -379,8 +371,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}()
 	// Acknowledgements gathered until the last poll ended are written.
-	defer s.acks.close()
-	defer s.removals.close()
+	defer s.memory.Close()
 	// What the access log dropped in its last second is said before exit.
 	defer s.refusalLines.flush()
 	if s.fleet != nil {

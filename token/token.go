@@ -13,6 +13,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/flamenet/relay/device"
 )
 
 // MaxLen is the longest token the relay parses; longer ones are refused
@@ -52,6 +54,9 @@ type Claims struct {
 	NotBefore time.Time
 	Scope     string // ScopeDevice or ScopeAdmin
 }
+
+// Key is the device the token speaks for.
+func (c *Claims) Key() device.Key { return device.Key{Household: c.Household, Device: c.Device} }
 
 type header struct {
 	Alg  string   `json:"alg"`

@@ -1,4 +1,4 @@
-package relay
+package devices
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // removals keeps the list of every device's last removal (see
@@ -54,10 +53,10 @@ func (r *removals) start() {
 
 // get returns k's current life (begun by its last removal) and true, or
 // false while the list is not known in full.
-func (r *removals) get(k wake.Key) (device.Life, bool) { return r.list.Get(k) }
+func (r *removals) get(k device.Key) (device.Life, bool) { return r.list.Get(k) }
 
 // removed is the hub's news of a removal, which began life.
-func (r *removals) removed(k wake.Key, life device.Life) { r.list.Removed(k, life) }
+func (r *removals) removed(k device.Key, life device.Life) { r.list.Removed(k, life) }
 
 // lost is the hub's news that news may have been missed: the list is read
 // again.
@@ -121,9 +120,9 @@ func (r *removals) read(ctx context.Context) bool {
 		r.log.Warn("too many removed devices to keep in memory; first requests read the store", "max", removalsMax)
 		return true
 	}
-	read := make(map[wake.Key]device.Life, len(rs))
+	read := make(map[device.Key]device.Life, len(rs))
 	for _, rm := range rs {
-		read[wake.Key{Household: rm.Household, Device: rm.Device}] = device.LifeAfter(rm.At)
+		read[device.Key{Household: rm.Household, Device: rm.Device}] = device.LifeAfter(rm.At)
 	}
 	r.list.Fill(gen, read)
 	return true

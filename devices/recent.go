@@ -1,4 +1,4 @@
-package relay
+package devices
 
 import (
 	"encoding/binary"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // recent keeps the envelopes this relay committed in the last moments, so
@@ -29,7 +28,7 @@ type recent struct {
 }
 
 type recentKey struct {
-	wake.Key
+	device.Key
 	seq int64
 }
 
@@ -49,7 +48,7 @@ const (
 )
 
 // put keeps e, committed for k in its life life.
-func (r *recent) put(k wake.Key, e store.Envelope, life device.Life, now time.Time) {
+func (r *recent) put(k device.Key, e store.Envelope, life device.Life, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
@@ -72,7 +71,7 @@ func (r *recent) put(k wake.Key, e store.Envelope, life device.Life, now time.Ti
 // get returns the envelope with seq for k, if it is still kept and was
 // committed in the device's life that the caller knows. (A name removed
 // and registered again gives its seqs anew.)
-func (r *recent) get(k wake.Key, seq int64, life device.Life, now time.Time) (store.Envelope, bool) {
+func (r *recent) get(k device.Key, seq int64, life device.Life, now time.Time) (store.Envelope, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ent, ok := r.m[recentKey{k, seq}]
@@ -83,7 +82,7 @@ func (r *recent) get(k wake.Key, seq int64, life device.Life, now time.Time) (st
 }
 
 // forget drops every envelope kept for k.
-func (r *recent) forget(k wake.Key) {
+func (r *recent) forget(k device.Key) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for rk := range r.m {
@@ -111,14 +110,14 @@ func (r *recent) drop() {
 	}
 }
 
-// wakeEnvelopeMax is the largest payload a wake carries to other relays:
+// WakeEnvelopeMax is the largest payload a wake carries to other relays:
 // messages on the hub stay small, and a larger envelope is read from the
 // store by the relay that holds the poll.
-const wakeEnvelopeMax = 4 << 10
+const WakeEnvelopeMax = 4 << 10
 
-// encodeEnvelope is how a wake carries an envelope to the relays holding
+// EncodeEnvelope is how a wake carries an envelope to the relays holding
 // polls (the wake itself carries the life it was stored in).
-func encodeEnvelope(e store.Envelope) []byte {
+func EncodeEnvelope(e store.Envelope) []byte {
 	b := make([]byte, 0, 32+len(e.ID)+len(e.From)+len(e.Payload))
 	b = binary.AppendVarint(b, e.Seq)
 	b = binary.AppendVarint(b, e.SentAt.UnixMicro())
@@ -129,7 +128,7 @@ func encodeEnvelope(e store.Envelope) []byte {
 	return append(b, e.Payload...)
 }
 
-var errBadEnvelope = errors.New("relay: malformed envelope in a wake")
+var errBadEnvelope = errors.New("devices: malformed envelope in a wake")
 
 func decodeEnvelope(b []byte) (e store.Envelope, err error) {
 	next := func() int64 {
@@ -161,37 +160,4 @@ func decodeEnvelope(b []byte) (e store.Envelope, err error) {
 	e.SentAt = time.UnixMicro(sent).UTC()
 	e.Payload = b
 	return e, nil
-}
-
-// observer is what the wake hub tells this relay: news goes to memory (the
-// envelope a wake carries, then the device's position) before the hub
-// wakes any poll. Each piece of news names the device's life it is of, and
-// memory keeps it only for that life (a wake may arrive after the removal
-// that followed its send).
-type observer struct{ s *Server }
-
-func (o observer) Advanced(w wake.Wake) {
-	if !w.Life.IsZero() {
-		// A send stored after a removal tells of that removal too, which
-		// this relay may not have heard of yet.
-		o.s.removals.removed(w.Key, w.Life)
-	}
-	if w.Envelope != nil {
-		if e, err := decodeEnvelope(w.Envelope); err == nil {
-			o.s.recent.put(w.Key, e, w.Life, time.Now())
-		}
-	}
-	o.s.positions.Advanced(w.Key, w.Life, w.Head)
-}
-
-func (o observer) Removed(k wake.Key, at time.Time) {
-	life := device.LifeAfter(at)
-	o.s.recent.forget(k)
-	o.s.positions.Removed(k, life)
-	o.s.removals.removed(k, life)
-}
-
-func (o observer) Lost() {
-	o.s.positions.Lost()
-	o.s.removals.lost()
 }

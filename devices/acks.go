@@ -1,4 +1,4 @@
-package relay
+package devices
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // acks takes acknowledgements and activity off the request path: a poll or
@@ -26,7 +25,7 @@ type acks struct {
 	onDone   func(deleted int64, err error)
 
 	mu      sync.Mutex
-	pending map[wake.Key]store.Ack
+	pending map[device.Key]store.Ack
 	written uint64        // batches written so far
 	kick    chan struct{} // a batch grew past ackBatch: write it now
 
@@ -43,25 +42,27 @@ type acks struct {
 // batches stay small so that the wait does.
 const ackBatch = 256
 
-// newAcks starts the writer; onDone hears the outcome of every batch.
+// newAcks returns the writer, not started; onDone hears the outcome of
+// every batch.
 func newAcks(st store.Store, interval, timeout time.Duration, onDone func(deleted int64, err error)) *acks {
-	a := &acks{
+	return &acks{
 		store: st, interval: interval, timeout: timeout, onDone: onDone,
-		pending: make(map[wake.Key]store.Ack),
+		pending: make(map[device.Key]store.Ack),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	go a.run()
-	return a
 }
+
+// start starts the writing loop.
+func (a *acks) start() { go a.run() }
 
 // add records that k acknowledged up to cursor (a negative cursor records
 // only activity) at seen (zero: no activity to record), in k's life life as
 // the caller knew it: the store skips the ack if k was removed since, so an
 // ack of a device's old life never reaches a new registration of the same
 // name.
-func (a *acks) add(k wake.Key, cursor int64, seen time.Time, life device.Life) {
+func (a *acks) add(k device.Key, cursor int64, seen time.Time, life device.Life) {
 	a.mu.Lock()
 	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, Life: life})
 	full := len(a.pending) >= ackBatch
@@ -76,7 +77,7 @@ func (a *acks) add(k wake.Key, cursor int64, seen time.Time, life device.Life) {
 
 // merge folds n into what is pending for its device; the caller holds mu.
 func (a *acks) merge(n store.Ack) {
-	k := wake.Key{Household: n.Household, Device: n.Device}
+	k := device.Key{Household: n.Household, Device: n.Device}
 	p, ok := a.pending[k]
 	switch {
 	case !ok || n.Life.Compare(p.Life) > 0:

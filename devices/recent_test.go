@@ -1,13 +1,12 @@
-package relay
+package devices
 
 import (
-	"fmt"
+	"bytes"
 	"testing"
 	"time"
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // TestRecentIsBounded: kept envelopes go after recentFor, past recentBytes
@@ -16,7 +15,7 @@ import (
 func TestRecentIsBounded(t *testing.T) {
 	var r recent
 	now := time.Unix(1_800_000_000, 0)
-	k := wake.Key{Household: "h", Device: "d"}
+	k := device.Key{Household: "h", Device: "d"}
 	payload := make([]byte, 1<<20)
 	for i := range 64 {
 		r.put(k, store.Envelope{Seq: int64(i + 1), Payload: payload}, device.Life{}, now)
@@ -37,24 +36,22 @@ func TestRecentIsBounded(t *testing.T) {
 	if _, ok := r.get(k, 64, device.Life{}, now); ok {
 		t.Fatal("a removed device's envelope was kept")
 	}
-	r.put(wake.Key{Household: "h", Device: "other"}, store.Envelope{Seq: 1}, device.Life{}, now.Add(recentFor+time.Second))
+	r.put(device.Key{Household: "h", Device: "other"}, store.Envelope{Seq: 1}, device.Life{}, now.Add(recentFor+time.Second))
 	if len(r.order) != 1 {
 		t.Fatalf("%d entries after every old one expired, want 1", len(r.order))
 	}
 }
 
-// TestHouseholdBucketsAreBounded: buckets of households that stopped
-// sending (full again) are forgotten once the map passes bucketsSweep, so
-// memory follows the households sending now. Without the sweep the map
-// held every household ever seen (tried).
-func TestHouseholdBucketsAreBounded(t *testing.T) {
-	h := newBuckets[string](10, 5)
-	now := time.Unix(1_800_000_000, 0)
-	for i := range 3 * bucketsSweep {
-		// Each household sends once, then a second passes: full again.
-		h.allow(fmt.Sprint("h", i), now.Add(time.Duration(i)*time.Second))
+func TestEnvelopeEncoding(t *testing.T) {
+	e := store.Envelope{Seq: 42, ID: "id-1", From: "laptop", SentAt: time.UnixMicro(1_800_000_000_123_456).UTC(), Payload: []byte("payload\x00bytes")}
+	b := EncodeEnvelope(e)
+	got, err := decodeEnvelope(b)
+	if err != nil || got.Seq != e.Seq || got.ID != e.ID || got.From != e.From || !got.SentAt.Equal(e.SentAt) || !bytes.Equal(got.Payload, e.Payload) {
+		t.Fatalf("round trip = %+v %v", got, err)
 	}
-	if n := len(h.m); n > bucketsSweep+1 {
-		t.Fatalf("%d household buckets kept, sweep at %d", n, bucketsSweep)
+	for n := range len(b) - len(e.Payload) {
+		if _, err := decodeEnvelope(b[:n]); err == nil {
+			t.Fatalf("an envelope cut to %d bytes decoded", n)
+		}
 	}
 }

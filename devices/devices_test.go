@@ -1,0 +1,138 @@
+package devices
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/wake"
+)
+
+// countingStore counts State calls: the reads memory should spare.
+type countingStore struct {
+	store.Store
+	states atomic.Int64
+}
+
+func (c *countingStore) State(ctx context.Context, household, name string) (store.DeviceState, error) {
+	c.states.Add(1)
+	return c.Store.State(ctx, household, name)
+}
+
+func newMemory(t *testing.T) (*Memory, *countingStore) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := &countingStore{Store: db}
+	m := New(Config{Store: st, AckInterval: time.Hour, StoreTimeout: time.Second})
+	m.Start()
+	t.Cleanup(m.Close)
+	return m, st
+}
+
+// TestPositionReadOnce: a device's first poll reads the store and
+// registers it; later ones are answered from memory, which the hub's news
+// keeps current.
+func TestPositionReadOnce(t *testing.T) {
+	m, st := newMemory(t)
+	ctx := context.Background()
+	k := key("phone")
+	pos, err := m.Position(ctx, k, time.Now())
+	if err != nil || !pos.Exists || pos.Head != 0 {
+		t.Fatalf("first Position = %+v, %v", pos, err)
+	}
+	reads := st.states.Load()
+	m.Advanced(wake.Wake{Key: k, Head: 3})
+	pos, err = m.Position(ctx, k, time.Now())
+	if err != nil || pos.Head != 3 {
+		t.Fatalf("Position after news = %+v, %v; want head 3", pos, err)
+	}
+	if n := st.states.Load() - reads; n != 0 {
+		t.Fatalf("a known device's Position read the store %d times", n)
+	}
+	if ds, _ := st.Devices(ctx, store.ListParams{Household: "home"}); len(ds) != 1 {
+		t.Fatalf("the first poll did not register the device: %+v", ds)
+	}
+}
+
+// TestStaleCredentialRegistersNothing: Read with a credential older than
+// the device's last removal is refused by the store, and memory keeps the
+// device removed.
+func TestStaleCredentialRegistersNothing(t *testing.T) {
+	m, st := newMemory(t)
+	ctx := context.Background()
+	k := key("phone")
+	if _, err := m.Register(ctx, store.RegisterParams{Household: "home", Device: "phone", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	issued := time.Now()
+	removed := issued.Add(time.Millisecond)
+	if err := st.DeleteDevice(ctx, "home", "phone", removed); err != nil {
+		t.Fatal(err)
+	}
+	m.Removed(k, removed)
+	if _, err := m.Read(ctx, k, issued); !errors.Is(err, store.ErrRemoved) {
+		t.Fatalf("Read with a credential issued before the removal: %v, want ErrRemoved", err)
+	}
+	if life, ok := m.KnownLife(k); !ok || life != device.LifeAfter(removed) {
+		t.Fatalf("KnownLife = %v, %v; want the removal's", life, ok)
+	}
+}
+
+// TestRegisterKeepsWhatItRead: a registration's answer is kept, so that
+// the device's first poll reads nothing; acks not yet written count in the
+// cursor a registration reports.
+func TestRegisterKeepsWhatItRead(t *testing.T) {
+	m, st := newMemory(t)
+	ctx := context.Background()
+	k := key("phone")
+	if _, err := m.Life(ctx, k); err != nil { // a sender's check: the device is read
+		t.Fatal(err)
+	}
+	if _, err := m.Register(ctx, store.RegisterParams{Household: "home", Device: "phone", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	reads := st.states.Load()
+	pos, err := m.Position(ctx, k, time.Now())
+	if err != nil || !pos.Exists {
+		t.Fatalf("Position after Register = %+v, %v", pos, err)
+	}
+	if n := st.states.Load() - reads; n != 0 {
+		t.Fatalf("the first poll after Register read the store %d times", n)
+	}
+	m.Advanced(wake.Wake{Key: k, Head: 2})
+	pos, _ = m.Position(ctx, k, time.Now())
+	m.Acknowledge(k, pos, 2, time.Now())
+	d, err := m.Register(ctx, store.RegisterParams{Household: "home", Device: "phone", Now: time.Now()})
+	if err != nil || d.Cursor != 2 {
+		t.Fatalf("Register after an unwritten ack = %+v, %v; want cursor 2", d, err)
+	}
+}
+
+// TestWakeCarriesRecentEnvelope: a wake's envelope is handed out for its
+// life only, and a removal forgets it.
+func TestWakeCarriesRecentEnvelope(t *testing.T) {
+	m, _ := newMemory(t)
+	k := key("phone")
+	e := store.Envelope{Seq: 1, ID: "x", From: "laptop", SentAt: time.UnixMicro(1_800_000_000_000_000).UTC(), Payload: []byte("hi")}
+	m.Advanced(wake.Wake{Key: k, Head: 1, Envelope: EncodeEnvelope(e)})
+	if got, ok := m.Recent(k, 1, device.Life{}); !ok || got.ID != "x" {
+		t.Fatalf("Recent = %+v, %v", got, ok)
+	}
+	if _, ok := m.Recent(k, 1, device.LifeAfter(time.Now())); ok {
+		t.Fatal("an envelope of the first life was handed to a later one")
+	}
+	m.Removed(k, time.Now())
+	if _, ok := m.Recent(k, 1, device.Life{}); ok {
+		t.Fatal("a removed device's envelope was kept")
+	}
+}
