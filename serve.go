@@ -87,6 +87,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		LockTimeout:         c.LockTimeout,
 		BodyTimeout:         c.BodyTimeout,
 		AckInterval:         c.AckInterval,
+		EnvelopeTTL:         c.EnvelopeTTL,
 		RelayReplicas:       c.RelayReplicas,
 		SendInflight:        c.SendInflight,
 		SendRate:            c.SendRate,
@@ -176,19 +177,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	expirer, err := relay.NewExpirer(st, cfg.EnvelopeTTL, reg)
-	if err != nil {
-		return err
-	}
 	bg, stopBackground := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stopBackground()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		expirer.Run(bg, time.Minute, func(err error) { log.Warn("expiry pass failed", "err", err) })
-	}()
 	if cfg.MetricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -38,7 +38,7 @@ type Config struct {
 }
 
 // Memory is what one relay knows of devices. Start it once the hub tells
-// it the news (wake.Hub.Observe), and Close it after the last request.
+// it the news (wake.Hub.Observe), and Stop it after the last request.
 type Memory struct {
 	store     store.Store
 	now       func() time.Time
@@ -80,8 +80,8 @@ func (m *Memory) Start() {
 	m.acks.start()
 }
 
-// Close writes the acknowledgements still pending and stops.
-func (m *Memory) Close() {
+// Stop writes the acknowledgements still pending and stops.
+func (m *Memory) Stop() {
 	m.acks.close()
 	m.removals.close()
 }

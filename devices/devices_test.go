@@ -35,7 +35,7 @@ func newMemory(t *testing.T) (*Memory, *countingStore) {
 	st := &countingStore{Store: db}
 	m := New(Config{Store: st, AckInterval: time.Hour, StoreTimeout: time.Second})
 	m.Start()
-	t.Cleanup(m.Close)
+	t.Cleanup(m.Stop)
 	return m, st
 }
 

@@ -23,6 +23,9 @@ type Config struct {
 	LockTimeout         time.Duration
 	BodyTimeout         time.Duration
 	AckInterval         time.Duration
+	// EnvelopeTTL is how long an envelope waits unread before expiry
+	// deletes it.
+	EnvelopeTTL time.Duration
 	// An answer has AnswerTimeout, plus its size at AnswerMinRate bytes a
 	// second, to be written; then its connection is cut (answers.go).
 	AnswerTimeout time.Duration

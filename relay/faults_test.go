@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flamenet/relay/fleet"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/postgres"
@@ -280,7 +281,7 @@ func acrossWithin(t *testing.T, from, at *harness, sender, recipient string, i i
 // TestSickReplica: one relay loses Redis (its connection is cut; the
 // others' is fine). Its sends still reach polls held on the other relay
 // within fallbackBound, through the store's health reports and the other
-// relay's fallback rounds; after sickAfter it says it is not ready while
+// relay's fallback rounds; after fleet.SickAfter it says it is not ready while
 // the other stays ready; when Redis is back it is ready again. Before, the
 // other relay never learned of the lost wake-ups and its polls waited out
 // their whole wait; with the fleet's Degrade call removed, this went red
@@ -302,8 +303,8 @@ func TestSickReplica(t *testing.T) {
 		r, err := a.do(context.Background(), "GET", "/ready", "", nil)
 		return err == nil && r.status == http.StatusServiceUnavailable
 	})
-	if d := time.Since(cut); d < sickAfter {
-		t.Fatalf("the sick relay said not ready %v after the cut, before sickAfter", d)
+	if d := time.Since(cut); d < fleet.SickAfter {
+		t.Fatalf("the sick relay said not ready %v after the cut, before fleet.SickAfter", d)
 	}
 	b.must("GET", "/ready", "", nil, http.StatusOK)
 	px.Restore()
@@ -341,7 +342,7 @@ func TestPausedRedis(t *testing.T) {
 	rs.Resume()
 	paused = false
 	for _, h := range []*harness{a, b} {
-		eventually(t, "wake-ups healthy again", func() bool { return h.srv.hub.(fleetHub).Health() == nil })
+		eventually(t, "wake-ups healthy again", func() bool { return h.srv.hub.(fleet.Hub).Health() == nil })
 	}
 	if d := sendAndWait(t, a, b, phone, laptop, 4); d > time.Second {
 		t.Fatalf("after Redis resumed, a wake-up took %v", d)

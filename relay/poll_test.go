@@ -203,7 +203,7 @@ func TestIdlePollsCostNoStore(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	h.srv.memory.Close() // write what gathered, as at shutdown
+	h.srv.memory.Stop() // write what gathered, as at shutdown
 	after := calls()
 	for _, op := range []string{"state", "ack", "fetch", "register", "send"} {
 		if d := after[op] - before[op]; d != 0 {

@@ -24,6 +24,9 @@ import (
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
+	"github.com/flamenet/relay/expire"
+	"github.com/flamenet/relay/fleet"
+	"github.com/flamenet/relay/internal/service"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -69,8 +72,11 @@ type Server struct {
 
 	memory      *devices.Memory
 	corsOrigins corsOrigins
-	parking     *parking // nil until Serve
-	fleet       *fleet   // nil with one relay
+	parking     *parking     // nil until Serve
+	fleet       *fleet.Watch // nil with one relay
+	// services are the background work, started in New and stopped in
+	// Shutdown, in one order.
+	services    service.Group
 	handler     http.Handler
 	metrics     *metrics
 	verified    verified
@@ -185,11 +191,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// list's read is then heard, and merged into the list
 	// (TestRemovalsHeardDuringRead). No test can catch this line moved
 	// above Observe: the window it would open is a few instructions wide.
-	s.memory.Start()
+	services := []service.Service{s.memory}
 	s.handler = s.routes()
-	if fh, ok := s.hub.(fleetHub); ok && cfg.RelayReplicas > 1 {
-		s.fleet = newFleet(s.store, fh, s.log, m.fleetTroubled)
+	if fh, ok := s.hub.(fleet.Hub); ok && cfg.RelayReplicas > 1 {
+		s.fleet = fleet.New(s.store, fh, s.log, m.fleetTroubled)
+		services = append(services, s.fleet)
 	}
+	if cfg.EnvelopeTTL > 0 {
+		exp, err := expire.New(s.store, cfg.EnvelopeTTL, deps.Metrics, s.log)
+		if err != nil {
+			return nil, fmt.Errorf("relay: expiry metrics: %w", err)
+		}
+		services = append(services, exp)
+	}
+	s.services.Start(services...)
 	return s, nil
 }
 
@@ -241,7 +256,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.fleet != nil {
-		if err := s.fleet.ready(time.Now()); err != nil {
+		if err := s.fleet.Ready(time.Now()); err != nil {
 			s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
 			return
 		}
@@ -370,13 +385,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.log.Warn("closing wake hub", "err", err)
 		}
 	}()
-	// Acknowledgements gathered until the last poll ended are written.
-	defer s.memory.Close()
+	// The background work stops, the last started first: expiry, the
+	// fleet's rounds, then memory, which writes the acknowledgements
+	// gathered until the last poll ended.
+	defer s.services.Stop()
 	// What the access log dropped in its last second is said before exit.
 	defer s.refusalLines.flush()
-	if s.fleet != nil {
-		defer s.fleet.close()
-	}
+
 	s.mu.Lock()
 	s.shut = true
 	srv, pk := s.http, s.parking

@@ -1,4 +1,7 @@
-package relay
+// Package fleet lets relays that share a store learn of each other's
+// wake-up trouble through the store, which every relay reaches even when
+// one of them cannot reach Redis.
+package fleet
 
 import (
 	"context"
@@ -18,32 +21,30 @@ import (
 	"github.com/flamenet/relay/wake"
 )
 
-// fleetHub is a wake hub shared by several relays (wake/redis): it can say
+// Hub is a wake hub shared by several relays (wake/redis): it can say
 // whether its own wake-ups flow, and be told to fall back to re-reading
 // the store while another relay's do not.
-type fleetHub interface {
+type Hub interface {
 	Health() error
 	Degrade(until time.Time)
 }
 
-// fleet lets relays that share a store learn of each other's wake-up
-// trouble through the store, which every relay reaches even when one of
-// them cannot reach Redis. Each second a relay reports whether its own
-// wake-ups flow and reads the others' reports, in one store call:
+// Watch is one relay's part in the fleet. Each second it reports whether
+// its own wake-ups flow and reads the others' reports, in one store call:
 //
 //   - while any relay reports trouble, this one falls back (held polls
 //     re-read the store every fallback interval), because that relay's
 //     sends may wake nobody here;
-//   - while this relay's own wake-ups have failed for sickAfter and another
+//   - while this relay's own wake-ups have failed for SickAfter and another
 //     relay's flow, /ready fails: the trouble is this relay's (a wrong
 //     address, a network cut), and a load balancer should send clients to
 //     the healthy ones. When every relay is in trouble (Redis is down),
 //     they all stay ready: they serve by re-reading the store, which beats
 //     serving nothing.
-type fleet struct {
+type Watch struct {
 	id    string
 	store store.Store
-	hub   fleetHub
+	hub   Hub
 	every time.Duration
 	log   *slog.Logger
 	errs  rate.Sometimes
@@ -63,19 +64,28 @@ const (
 	fleetEvery = time.Second
 	// fleetWindow: a report older than this is of a relay that is gone.
 	fleetWindow = 3 * fleetEvery
-	// sickAfter is how long this relay's own wake-ups must have failed
+	// SickAfter is how long this relay's own wake-ups must have failed
 	// before /ready says so.
-	sickAfter = 5 * time.Second
+	SickAfter = 5 * time.Second
 )
 
-func newFleet(st store.Store, hub fleetHub, log *slog.Logger, troubled prometheus.Gauge) *fleet {
-	f := &fleet{
+// New returns the watch, not started; troubled is set to how many relays
+// report trouble.
+func New(st store.Store, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *Watch {
+	return &Watch{
 		id: relayID(), store: st, hub: hub, every: fleetEvery, log: log, troubled: troubled,
 		errs: rate.Sometimes{First: 1, Interval: time.Minute},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	go f.run()
-	return f
+}
+
+// Start reports and reads every second until Stop.
+func (f *Watch) Start() { go f.run() }
+
+// Stop ends the rounds and waits for the last one.
+func (f *Watch) Stop() {
+	close(f.stop)
+	<-f.done
 }
 
 // relayID names this process among the relays: the host and a random tag,
@@ -87,7 +97,7 @@ func relayID() string {
 	return fmt.Sprintf("%.40s-%s", host, hex.EncodeToString(b))
 }
 
-func (f *fleet) run() {
+func (f *Watch) run() {
 	defer close(f.done)
 	t := time.NewTicker(f.every)
 	defer t.Stop()
@@ -101,7 +111,7 @@ func (f *fleet) run() {
 	}
 }
 
-func (f *fleet) round(now time.Time) {
+func (f *Watch) round(now time.Time) {
 	err := f.hub.Health()
 	ownOK := err == nil || errors.Is(err, wake.ErrDegraded)
 	ctx, cancel := context.WithTimeout(context.Background(), f.every)
@@ -136,18 +146,13 @@ func (f *fleet) round(now time.Time) {
 	}
 }
 
-// ready is nil unless this relay's own wake-ups have failed for sickAfter
+// Ready is nil unless this relay's own wake-ups have failed for SickAfter
 // while another relay's flow.
-func (f *fleet) ready(now time.Time) error {
+func (f *Watch) Ready(now time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.sickSince.IsZero() && now.Sub(f.sickSince) >= sickAfter && f.othersOK {
+	if !f.sickSince.IsZero() && now.Sub(f.sickSince) >= SickAfter && f.othersOK {
 		return fmt.Errorf("wake-ups failing here since %s while other relays' flow: %w", f.sickSince.Format(time.RFC3339), f.hub.Health())
 	}
 	return nil
-}
-
-func (f *fleet) close() {
-	close(f.stop)
-	<-f.done
 }
