@@ -80,7 +80,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.accessLogs.Enabled(r.Context(), accessLevel) {
+		if !s.logs.access.Enabled(r.Context(), accessLevel) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -131,7 +131,7 @@ func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) 
 }
 
 func (s *Server) writeAccess(ctx context.Context, l accessLine) {
-	if refusal(l.status) && !s.refusalLines.allow(time.Now()) {
+	if refusal(l.status) && !s.logs.refusalLines.allow(time.Now()) {
 		return
 	}
 	var buf [16]slog.Attr
@@ -153,7 +153,7 @@ func (s *Server) writeAccess(ctx context.Context, l accessLine) {
 		attrs = append(attrs, slog.String("error", l.code))
 	}
 	attrs = appendSafeQuery(attrs, l.query)
-	s.accessLogs.LogAttrs(ctx, accessLevel, "request", attrs...)
+	s.logs.access.LogAttrs(ctx, accessLevel, "request", attrs...)
 }
 
 // refusal reports whether an answer is one that a client can provoke in a

@@ -447,7 +447,7 @@ func BenchmarkAccessLog(b *testing.B) {
 // request is answered (JSON to io.Discard).
 func BenchmarkAccessLine(b *testing.B) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	s := &Server{cfg: DefaultConfig(), log: log, accessLogs: log}
+	s := &Server{cfg: DefaultConfig(), log: log, logs: logs{access: log}}
 	req := httptest.NewRequest("GET", "/v1/poll?cursor=12&wait=60", nil)
 	req.RemoteAddr = "127.0.0.1:5000"
 	e := &accessEntry{status: 200, bytes: 44, household: "home", device: "phone", outcome: pollEmpty}

@@ -27,22 +27,22 @@ const (
 // ones every household shares.
 func (s *Server) admit(household string) (release func(), err error) {
 	select {
-	case s.inflight <- struct{}{}:
+	case s.limits.inflight <- struct{}{}:
 	default:
 		s.metrics.refusals.WithLabelValues(refusedInflight).Inc()
 		return nil, rateLimited(limitSendInflight, "Too many sends in flight; try again.")
 	}
-	if !s.households.allow(household, s.now()) {
-		<-s.inflight
+	if !s.limits.households.allow(household, s.now()) {
+		<-s.limits.inflight
 		s.metrics.refusals.WithLabelValues(refusedHouseholdRate).Inc()
 		return nil, rateLimited(limitHouseholdRate, "This household sends too fast; try again.")
 	}
-	if !s.limiter.Allow() {
-		<-s.inflight
+	if !s.limits.limiter.Allow() {
+		<-s.limits.inflight
 		s.metrics.refusals.WithLabelValues(refusedRate).Inc()
 		return nil, rateLimited(limitSendRate, "Too many sends; try again.")
 	}
-	return func() { <-s.inflight }, nil
+	return func() { <-s.limits.inflight }, nil
 }
 
 func rateLimited(limit, msg string) *httpError {
@@ -56,7 +56,7 @@ func rateLimited(limit, msg string) *httpError {
 // answered) takes a token from the device's bucket, which a correct client
 // never empties.
 func (s *Server) admitPoll(k wake.Key, cursor int64) error {
-	if s.devicePolls.allow(k, cursor, s.now()) {
+	if s.limits.devicePolls.allow(k, cursor, s.now()) {
 		return nil
 	}
 	s.metrics.refusals.WithLabelValues(refusedDevicePollRate).Inc()

@@ -123,7 +123,7 @@ func (c *answerConn) Write(b []byte) (int, error) {
 // withAnswerTiming is part of Serve's ConnContext: every request on a
 // connection it accepted finds the answer timing.
 func (s *Server) withAnswerTiming(ctx context.Context) context.Context {
-	return context.WithValue(ctx, answerTimingKey{}, &s.timing)
+	return context.WithValue(ctx, answerTimingKey{}, &s.limits.timing)
 }
 
 // Bounds of an answer's encoded size, JSON's (MessagePack's is smaller).
@@ -224,7 +224,7 @@ func (h *answerHold) release() { h.resize(0) }
 
 // holdAnswer reserves n bytes for an answer to k, or refuses the poll.
 func (s *Server) holdAnswer(k wake.Key, n int64) (answerHold, error) {
-	if limit := s.answers.take(k, n); limit != "" {
+	if limit := s.limits.answers.take(k, n); limit != "" {
 		s.metrics.refusals.WithLabelValues(limit).Inc()
 		msg := "This device's answers already in flight are too large; read them, then poll again."
 		if limit == limitRelayAnswers {
@@ -232,7 +232,7 @@ func (s *Server) holdAnswer(k wake.Key, n int64) (answerHold, error) {
 		}
 		return answerHold{}, &httpError{Status: http.StatusTooManyRequests, Code: codeAnswersInFlight, Limit: limit, Message: msg}
 	}
-	return answerHold{a: s.answers, key: k, n: n}, nil
+	return answerHold{a: s.limits.answers, key: k, n: n}, nil
 }
 
 // maxPollLimit is the most envelopes a poll may ask for (parsePoll).

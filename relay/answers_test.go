@@ -101,7 +101,7 @@ func checkCut(t *testing.T, h *harness, tok string, c net.Conn, start time.Time,
 	if d := time.Since(start); d < timeout {
 		t.Fatalf("the answer was cut after %v, before its deadline of %v", d, timeout)
 	}
-	eventually(t, "the cut answer's bytes released", func() bool { return h.srv.answers.total.Load() == 0 })
+	eventually(t, "the cut answer's bytes released", func() bool { return h.srv.limits.answers.total.Load() == 0 })
 
 	// The client finds its connection reset before the answer's end.
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -153,7 +153,7 @@ func TestAnswersInFlightBound(t *testing.T) {
 
 	// Alone, the answer is let through whatever its size.
 	c := stalledPoll(t, h, phone, "cursor=0&wait=0")
-	eventually(t, "the stalled answer in flight", func() bool { return h.srv.answers.total.Load() > 2<<20 })
+	eventually(t, "the stalled answer in flight", func() bool { return h.srv.limits.answers.total.Load() > 2<<20 })
 
 	refused := func(tok, limit string) {
 		t.Helper()
@@ -179,7 +179,7 @@ func TestAnswersInFlightBound(t *testing.T) {
 	// The client hangs up: its answer's bytes go, and the refused polls
 	// are answered.
 	c.Close()
-	eventually(t, "the stalled answer's bytes released", func() bool { return h.srv.answers.total.Load() == 0 })
+	eventually(t, "the stalled answer's bytes released", func() bool { return h.srv.limits.answers.total.Load() == 0 })
 	for _, tok := range []string{phone, tablet} {
 		if p := h.poll(tok, "cursor=0&wait=0"); len(p.Envelopes) != 32 {
 			t.Fatalf("after the release a poll got %d envelopes, want 32", len(p.Envelopes))

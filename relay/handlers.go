@@ -164,8 +164,8 @@ func tokenRefusal(err error) string {
 // interval, with the running count.
 func (s *Server) refuseToken(r *http.Request, reason string, err error) error {
 	s.metrics.tokensRefused.WithLabelValues(reason).Inc()
-	total := s.tokensRefused.Add(1)
-	s.refusedLog.Do(func() {
+	total := s.logs.tokensRefused.Add(1)
+	s.logs.refusedLog.Do(func() {
 		attrs := []slog.Attr{slog.String("reason", reason), slog.String("path", r.URL.Path), slog.Uint64("refused_total", total)}
 		if err != nil {
 			attrs = append(attrs, slog.String("err", err.Error()))
@@ -328,8 +328,8 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 	}
 	ctx, cancel := s.storeCtx(r.Context())
 	defer cancel()
-	if s.gates != nil {
-		leave, err := s.gates.enter(ctx, c.Household, to, s.cfg.LockTimeout)
+	if s.limits.gates != nil {
+		leave, err := s.limits.gates.enter(ctx, c.Household, to, s.cfg.LockTimeout)
 		if err != nil {
 			return err
 		}
@@ -435,8 +435,8 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	// wake-up, but a stuck hub must not hold the answer for long either.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if s.beforeWake != nil {
-		s.beforeWake(wakes)
+	if s.hooks.beforeWake != nil {
+		s.hooks.beforeWake(wakes)
 	}
 	s.metrics.signalled.Add(float64(len(wakes)))
 	if err := s.hub.Signal(sctx, wakes); err != nil {

@@ -148,7 +148,7 @@ func TestNewLifeAfterRacingRemoval(t *testing.T) {
 			hold    chan struct{} // closed once B removed the device
 			reached chan struct{} // closed when a send's wake is held
 		)
-		a.srv.beforeWake = func([]wake.Wake) {
+		a.srv.hooks.beforeWake = func([]wake.Wake) {
 			mu.Lock()
 			h, r := hold, reached
 			hold, reached = nil, nil

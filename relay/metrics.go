@@ -105,10 +105,10 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
-		}, func() float64 { return float64(s.held.Load()) }),
+		}, func() float64 { return float64(s.limits.held.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_sends_in_flight", Help: "Sends being processed now.",
-		}, func() float64 { return float64(len(s.inflight)) }),
+		}, func() float64 { return float64(len(s.limits.inflight)) }),
 		// The limits beside the gauges they bound, so that an alert can
 		// compare them (the held-poll cap is derived at start).
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -116,10 +116,10 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		}, func() float64 { return float64(s.cfg.MaxHeldPolls) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_sends_in_flight_limit", Help: "Sends that may be processed at once (FN_SEND_INFLIGHT).",
-		}, func() float64 { return float64(cap(s.inflight)) }),
+		}, func() float64 { return float64(cap(s.limits.inflight)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_answer_bytes_in_flight", Help: "Bytes of poll answers being read, encoded and written now.",
-		}, func() float64 { return float64(s.answers.total.Load()) }),
+		}, func() float64 { return float64(s.limits.answers.total.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_answer_bytes_in_flight_limit", Help: "Bytes of poll answers that may be in flight at once (FN_ANSWER_BYTES_IN_FLIGHT, or a quarter of the memory target).",
 		}, func() float64 { return float64(s.cfg.AnswerBytesInFlight) }),

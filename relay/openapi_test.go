@@ -226,7 +226,7 @@ func TestOpenAPIStatuses(t *testing.T) {
 	stalled := newHarness(t, func(c *Config) { c.DeviceAnswerBytesInFlight = 1 << 20 })
 	fillDevice(t, stalled, "home", "phone", 32, 64<<10)
 	stalledPoll(t, stalled, stalled.token("home", "phone"), "cursor=0&wait=0")
-	eventually(t, "an answer in flight", func() bool { return stalled.srv.answers.total.Load() > 2<<20 })
+	eventually(t, "an answer in flight", func() bool { return stalled.srv.limits.answers.total.Load() > 2<<20 })
 	c.check(call{h: stalled, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, status: 429, code: codeAnswersInFlight, limit: limitDeviceAnswers})
 	c.check(call{h: stalled, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, header: wantMsgpack, status: 429, code: codeAnswersInFlight, limit: limitDeviceAnswers})
 

@@ -353,7 +353,7 @@ func (s *Server) hungUpParked(it *parked) {
 	took := time.Since(it.start)
 	s.metrics.pollSeconds.Observe(took.Seconds())
 	s.metrics.polls.WithLabelValues(pollHangup).Inc()
-	if s.cfg.AccessLog && s.accessLogs.Enabled(context.Background(), accessLevel) {
+	if s.cfg.AccessLog && s.logs.access.Enabled(context.Background(), accessLevel) {
 		s.writeAccess(context.Background(), accessLine{
 			method: http.MethodGet, route: "/v1/poll", status: statusHangup, took: took,
 			client:    clientAddr(it.remote, it.forwarded, s.cfg.TrustedProxies),

@@ -74,7 +74,7 @@ func (p *pollState) end() {
 func (p *pollState) release() {
 	if p.waiter != nil {
 		p.waiter.Close()
-		p.s.held.Add(-1)
+		p.s.limits.held.Add(-1)
 	}
 }
 
@@ -100,15 +100,15 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 	// removed, out of time) answers without registering again: it would
 	// supersede the poll that superseded it.
 	if q.wait > 0 && (rs == nil || rs.err == nil) {
-		n := s.held.Add(1)
+		n := s.limits.held.Add(1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
-			s.held.Add(-1)
+			s.limits.held.Add(-1)
 			s.metrics.refusals.WithLabelValues(refusedHeldPolls).Inc()
 			return nil, errOverloaded
 		}
 		p.waiter, err = s.hub.Subscribe(ctx, key)
 		if err != nil {
-			s.held.Add(-1)
+			s.limits.held.Add(-1)
 			return nil, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Polls cannot be held right now; try again.", Cause: err}
 		}
 	}
@@ -121,8 +121,8 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 			return p, err
 		}
 	}
-	if s.afterFirstRead != nil {
-		s.afterFirstRead(key)
+	if s.hooks.afterFirstRead != nil {
+		s.hooks.afterFirstRead(key)
 	}
 	p.after = p.pos.Cursor
 	if rs != nil && rs.err == nil && p.pos.Pending(p.after) {

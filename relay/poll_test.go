@@ -47,7 +47,7 @@ func testNoLostWakeup(t *testing.T, at, from *harness, iterations int) {
 	phone := at.register("home", "phone")
 	sender := from.token("home", "laptop")
 	var seq int64
-	at.srv.afterFirstRead = func(k wake.Key) {
+	at.srv.hooks.afterFirstRead = func(k wake.Key) {
 		// A real send through the API, committed and signalled while the
 		// poll is between its read and its wait.
 		r, err := from.do(context.Background(), "POST", "/v1/send", sender, map[string]any{"id": fmt.Sprint(seq + 1), "to": []string{"phone"}, "payload": []byte("x")})

@@ -66,9 +66,7 @@ type Server struct {
 	hub   wake.Hub
 	push  Pusher
 	log   *slog.Logger
-	// accessLogs writes the access log (access.go).
-	accessLogs *slog.Logger
-	now        func() time.Time
+	now   func() time.Time
 
 	memory      *devices.Memory
 	corsOrigins corsOrigins
@@ -76,12 +74,20 @@ type Server struct {
 	fleet       *fleet.Watch // nil with one relay
 	// services are the background work, started in New and stopped in
 	// Shutdown, in one order.
-	services    service.Group
-	handler     http.Handler
-	metrics     *metrics
-	verified    verified
-	draining    atomic.Bool
-	readiness   readiness
+	services  service.Group
+	handler   http.Handler
+	metrics   *metrics
+	verified  verified
+	draining  atomic.Bool
+	readiness readiness
+	limits    limits
+	logs      logs
+	hooks     hooks
+	run       run
+}
+
+// limits is what admission counts and bounds (admission.go, answers.go).
+type limits struct {
 	held        atomic.Int64 // polls currently held (waiting)
 	answers     *answerBytes // poll answers in flight (answers.go)
 	timing      answerTiming // how long answers have to be written
@@ -90,21 +96,33 @@ type Server struct {
 	households  buckets[string]
 	devicePolls devicePolls
 	gates       *gates // nil: the store queues sends per device itself
+}
+
+// logs is what keeps the relay's lines few.
+type logs struct {
+	// access writes the access log (access.go).
+	access *slog.Logger
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
 	ackLog        rate.Sometimes
 	// refusalLines bounds the access log's lines of refused requests.
 	refusalLines refusalLines
+}
 
-	// afterFirstRead, when set by a test, runs right after a poll's first
-	// read of the device's position (the ack, which reads the head) and
-	// before anything else: a send committed there must still wake it.
+// hooks are set by tests only.
+type hooks struct {
+	// afterFirstRead runs right after a poll's first read of the device's
+	// position (the ack, which reads the head) and before anything else:
+	// a send committed there must still wake it.
 	afterFirstRead func(k wake.Key)
-	// beforeWake, when set by a test, runs after a send's commit, right
-	// before its wakes are signalled.
+	// beforeWake runs after a send's commit, right before its wakes are
+	// signalled.
 	beforeWake func(ws []wake.Wake)
+}
 
+// run is the server's listening life.
+type run struct {
 	mu   sync.Mutex
 	shut bool // Shutdown has begun; a later Serve serves nothing
 	http *http.Server
@@ -123,41 +141,45 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("relay: answers need a timeout and a minimum rate above zero")
 	}
 	s := &Server{
-		cfg:         cfg,
-		keys:        cfg.IssuerKeys,
-		hub:         deps.Hub,
-		push:        deps.Push,
-		log:         deps.Logger,
-		accessLogs:  deps.AccessLogger,
-		now:         deps.Now,
-		inflight:    make(chan struct{}, cfg.SendInflight),
-		limiter:     rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
-		households:  newBuckets[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
-		devicePolls: newDevicePolls(cfg.DevicePollRate, cfg.DevicePollBurst),
-		refusedLog:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		ackLog:      rate.Sometimes{First: 1, Interval: 10 * time.Second},
-		done:        make(chan struct{}),
+		cfg:  cfg,
+		keys: cfg.IssuerKeys,
+		hub:  deps.Hub,
+		push: deps.Push,
+		log:  deps.Logger,
+		now:  deps.Now,
+		limits: limits{
+			inflight:    make(chan struct{}, cfg.SendInflight),
+			limiter:     rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
+			households:  newBuckets[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
+			devicePolls: newDevicePolls(cfg.DevicePollRate, cfg.DevicePollBurst),
+		},
+		logs: logs{
+			access:     deps.AccessLogger,
+			refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
+			ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
+		},
+		run: run{done: make(chan struct{})},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.accessLogs == nil {
-		s.accessLogs = s.log
+	if s.logs.access == nil {
+		s.logs.access = s.log
 	}
-	s.refusalLines = refusalLines{perSecond: refusalLinesPerSecond, report: func(dropped int) {
+	s.logs.refusalLines = refusalLines{perSecond: refusalLinesPerSecond, report: func(dropped int) {
 		s.log.Info("requests refused and not logged", "dropped", dropped, "lines_per_second", refusalLinesPerSecond)
 	}}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
+	s.limits.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
 	if s.cfg.DeviceAnswerBytesInFlight == 0 {
 		s.cfg.DeviceAnswerBytesInFlight = 2 * s.cfg.pendingAnswerSize(math.MaxInt64, maxPollLimit)
 	}
 	if s.cfg.AnswerBytesInFlight == 0 {
 		s.cfg.AnswerBytesInFlight = defaultAnswerBytes()
 	}
-	s.answers = newAnswerBytes(s.cfg.AnswerBytesInFlight, s.cfg.DeviceAnswerBytesInFlight)
+	s.limits.answers = newAnswerBytes(s.cfg.AnswerBytesInFlight, s.cfg.DeviceAnswerBytesInFlight)
 	s.log.Info("poll answers in flight bounded", "relay_bytes", s.cfg.AnswerBytesInFlight, "device_bytes", s.cfg.DeviceAnswerBytesInFlight,
 		"answer_timeout", s.cfg.AnswerTimeout, "answer_min_rate", s.cfg.AnswerMinRate)
 	hub := "local"
@@ -169,7 +191,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.corsOrigins = corsOrigins{any: true}
 	}
 	if sw, ok := deps.Store.(interface{ SingleWriter() bool }); !ok || !sw.SingleWriter() {
-		s.gates = &gates{}
+		s.limits.gates = &gates{}
 	}
 	m, err := newMetrics(deps.Metrics, s, deps.Store, hub)
 	if err != nil {
@@ -182,7 +204,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		OnAcks: func(deleted int64, err error) {
 			s.metrics.acked.Add(float64(deleted))
 			if err != nil {
-				s.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
+				s.logs.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
 			}
 		},
 	})
@@ -212,7 +234,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // HeldPolls is how many polls are waiting right now.
-func (s *Server) HeldPolls() int64 { return s.held.Load() }
+func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
@@ -337,20 +359,20 @@ func (s *Server) Serve(ln net.Listener) error {
 			return connContext(s.withAnswerTiming(ctx), c)
 		},
 	}
-	s.mu.Lock()
-	if s.shut || s.http != nil {
+	s.run.mu.Lock()
+	if s.run.shut || s.run.http != nil {
 		// Shutdown came first: serve nothing, as if it had come after.
-		s.mu.Unlock()
+		s.run.mu.Unlock()
 		ln.Close()
-		if s.http != nil {
+		if s.run.http != nil {
 			return errors.New("relay: Serve called twice")
 		}
-		<-s.done
+		<-s.run.done
 		return nil
 	}
-	s.http = srv
+	s.run.http = srv
 	s.parking = newParking(ln.Addr(), srv.MaxHeaderBytes)
-	s.mu.Unlock()
+	s.run.mu.Unlock()
 	ln = answerListener{Listener: ln, log: s.log, cut: s.metrics.answersCut.Inc}
 	parked := make(chan error, 1)
 	go func() { parked <- srv.Serve(s.parking.ln) }()
@@ -358,7 +380,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.parking.ln.Close()
 	perr := <-parked
 	if errors.Is(err, http.ErrServerClosed) {
-		<-s.done
+		<-s.run.done
 		return nil
 	}
 	if err == nil && !errors.Is(perr, http.ErrServerClosed) {
@@ -371,7 +393,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // flight finish; connections still open when ctx ends are closed. It does
 // not close the store, hub or push queue, which the caller owns.
 func (s *Server) Shutdown(ctx context.Context) error {
-	defer close(s.done)
+	defer close(s.run.done)
 	s.draining.Store(true)
 	// Held polls never end on their own within the grace period, so the
 	// hub is drained first and every waiter answers "come back". Closing
@@ -390,12 +412,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// gathered until the last poll ended.
 	defer s.services.Stop()
 	// What the access log dropped in its last second is said before exit.
-	defer s.refusalLines.flush()
+	defer s.logs.refusalLines.flush()
 
-	s.mu.Lock()
-	s.shut = true
-	srv, pk := s.http, s.parking
-	s.mu.Unlock()
+	s.run.mu.Lock()
+	s.run.shut = true
+	srv, pk := s.run.http, s.parking
+	s.run.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
