@@ -4,64 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 )
-
-// accessEntry is the access log line of one request, filled in as the
-// request goes: it counts the answer as the request's writer, authenticate
-// names the device, the poll its outcome, writeError the error code. Only
-// the request's own goroutine touches it.
-type accessEntry struct {
-	http.ResponseWriter
-	status    int
-	bytes     int64
-	household string
-	device    string
-	outcome   string // polls only
-	code      string // the protocol's error code, for an error answer
-	// detached: the poll parked; its line is written when it answers.
-	detached bool
-}
-
-func (e *accessEntry) WriteHeader(code int) {
-	if e.status == 0 {
-		e.status = code
-	}
-	e.ResponseWriter.WriteHeader(code)
-}
-
-func (e *accessEntry) Write(b []byte) (int, error) {
-	if e.status == 0 {
-		e.status = http.StatusOK
-	}
-	n, err := e.ResponseWriter.Write(b)
-	e.bytes += int64(n)
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (e *accessEntry) Unwrap() http.ResponseWriter { return e.ResponseWriter }
-
-type accessKey struct{}
-
-// accessOf is the request's access log entry; nil when nothing is logged.
-func accessOf(ctx context.Context) *accessEntry {
-	e, _ := ctx.Value(accessKey{}).(*accessEntry)
-	return e
-}
-
-// noteDevice records whose verified token the request carries.
-func noteDevice(ctx context.Context, household, device string) {
-	if e := accessOf(ctx); e != nil {
-		e.household, e.device = household, device
-	}
-}
 
 // statusHangup is logged for a request whose client went away before any
 // answer was written (nginx's convention).
@@ -70,31 +17,6 @@ const statusHangup = 499
 // refusalLinesPerSecond bounds the access log lines of refusals that any
 // client can provoke, token or not; the rest are counted in a summary.
 const refusalLinesPerSecond = 10
-
-// accessLog is chi middleware that logs one line per finished request. It
-// is off, and costs nothing, with FN_ACCESS_LOG=off or a log level above
-// info. Never logged: tokens, payloads, push addresses, query values other
-// than cursor, wait and limit.
-func (s *Server) accessLog(next http.Handler) http.Handler {
-	if !s.cfg.AccessLog {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.logs.access.Enabled(r.Context(), accessLevel) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		start := time.Now()
-		if rs := resumeOf(r.Context()); rs != nil {
-			start = rs.start // a poll read again after it parked
-		}
-		e := &accessEntry{ResponseWriter: w}
-		next.ServeHTTP(e, r.WithContext(context.WithValue(r.Context(), accessKey{}, e)))
-		if !e.detached {
-			s.logAccess(r, e, time.Since(start))
-		}
-	})
-}
 
 // accessLevel is the access log's level.
 const accessLevel = slog.LevelInfo
@@ -109,25 +31,6 @@ type accessLine struct {
 	household, device string
 	outcome, code     string
 	query             string // the raw query; only its safe part is logged
-}
-
-func (s *Server) logAccess(r *http.Request, e *accessEntry, took time.Duration) {
-	status := e.status
-	if status == 0 {
-		status = http.StatusOK // what net/http sends for a handler that wrote nothing
-		if r.Context().Err() != nil {
-			status = statusHangup
-		}
-	}
-	route := chi.RouteContext(r.Context()).RoutePattern()
-	if route == "" {
-		route = "-" // no route matched
-	}
-	s.writeAccess(r.Context(), accessLine{
-		method: r.Method, route: route, status: status, took: took, bytes: e.bytes,
-		client:    clientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), s.cfg.TrustedProxies),
-		household: e.household, device: e.device, outcome: e.outcome, code: e.code, query: r.URL.RawQuery,
-	})
 }
 
 func (s *Server) writeAccess(ctx context.Context, l accessLine) {

@@ -443,16 +443,18 @@ func BenchmarkAccessLog(b *testing.B) {
 	}
 }
 
-// BenchmarkAccessLine is the line alone: what logAccess costs once a
+// BenchmarkAccessLine is the line alone: what writeAccess costs once a
 // request is answered (JSON to io.Discard).
 func BenchmarkAccessLine(b *testing.B) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := &Server{cfg: DefaultConfig(), log: log, logs: logs{access: log}}
-	req := httptest.NewRequest("GET", "/v1/poll?cursor=12&wait=60", nil)
-	req.RemoteAddr = "127.0.0.1:5000"
-	e := &accessEntry{status: 200, bytes: 44, household: "home", device: "phone", outcome: pollEmpty}
+	line := accessLine{
+		method: "GET", route: "/v1/poll", status: 200, took: 57 * time.Second, bytes: 44,
+		client: clientAddr("127.0.0.1:5000", nil, nil), household: "home", device: "phone", outcome: pollEmpty,
+		query: "cursor=12&wait=60",
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.logAccess(req, e, 57*time.Second)
+		s.writeAccess(context.Background(), line)
 	}
 }

@@ -85,7 +85,7 @@ func TestNonReadingClientIsCut(t *testing.T) {
 		tok := h.register("home", "phone")
 		sender := h.register("home", "laptop")
 		c := stalledPoll(t, h, tok, "cursor=0&wait=10")
-		eventually(t, "the poll parked", func() bool { return h.srv.parking.now.Load() == 1 })
+		eventually(t, "the poll parked", func() bool { return h.srv.parking.Parked.Load() == 1 })
 		start := time.Now()
 		h.send(sender, "big", make([]byte, 2<<20), "phone")
 		checkCut(t, h, tok, c, start, timeout(1), 1)

@@ -115,8 +115,8 @@ func retryAfter(status int) string {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := fromStore(err)
 	notePoll(r.Context(), errorOutcome(he, r.Context().Err() != nil))
-	if e := accessOf(r.Context()); e != nil {
-		e.code = he.Code
+	if rec := recordOf(r.Context()); rec != nil {
+		rec.code = he.Code
 	}
 	if he.Status == http.StatusTooManyRequests || he.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", retryAfter(he.Status))

@@ -49,7 +49,7 @@ func (s *Server) authedOn(h handlerFunc, holds bool) http.HandlerFunc {
 				notePoll(r.Context(), pollRemoved)
 				err = s.refuseToken(r, refusedRemoved, nil)
 			}
-		} else if rs := resumeOf(r.Context()); rs != nil && errors.Is(rs.err, wake.ErrRemoved) {
+		} else if rs := resumeOf(r.Context()); rs != nil && errors.Is(rs.Err, wake.ErrRemoved) {
 			// A parked poll whose device was removed: its token is now
 			// refused, as a held one's is.
 			notePoll(r.Context(), pollRemoved)
@@ -68,7 +68,7 @@ func (s *Server) authenticate(r *http.Request, holds bool) (*token.Claims, error
 	raw = strings.TrimSpace(raw)
 	now := s.now()
 	if rs := resumeOf(r.Context()); rs != nil {
-		now = rs.checked // a parked poll, read again: judged as when it came
+		now = rs.Checked // a parked poll, read again: judged as when it came
 	}
 	c, ok := s.verified.get(raw, now)
 	if !ok {

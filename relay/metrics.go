@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -224,45 +223,15 @@ func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// timePolls records every poll's duration and its one outcome: the handler
-// notes it (notePoll), and writeError notes an answer with an error.
-func (s *Server) timePolls(next http.HandlerFunc) http.HandlerFunc {
+// timePolls marks a request as a poll, so that its account (finish) counts
+// it with its outcome and times it: the handler notes the outcome
+// (notePoll), and writeError notes an answer with an error.
+func timePolls(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		if rs := resumeOf(r.Context()); rs != nil {
-			start = rs.start // a poll read again after it parked
+		if rec := recordOf(r.Context()); rec != nil {
+			rec.poll = true
 		}
-		o := &pollOutcome{}
-		next(w, r.WithContext(context.WithValue(r.Context(), pollOutcomeKey{}, o)))
-		if o.detached {
-			return // counted when it answers
-		}
-		s.metrics.pollSeconds.Observe(time.Since(start).Seconds())
-		if o.name == "" {
-			o.name = pollError // every path notes one; a poll without is a bug
-		}
-		s.metrics.polls.WithLabelValues(o.name).Inc()
-		if e := accessOf(r.Context()); e != nil {
-			e.outcome = o.name
-		}
-	}
-}
-
-type pollOutcomeKey struct{}
-
-// pollOutcome is why a poll ended. The poll's handler runs in one
-// goroutine, which alone writes it.
-type pollOutcome struct {
-	name     string
-	detached bool // the poll parked
-}
-
-// notePoll records why the poll of ctx ended; the first reason stands (a
-// removal answered with 401 stays "removed"). Outside a poll it does
-// nothing.
-func notePoll(ctx context.Context, outcome string) {
-	if o, ok := ctx.Value(pollOutcomeKey{}).(*pollOutcome); ok && o.name == "" {
-		o.name = outcome
+		next(w, r)
 	}
 }
 

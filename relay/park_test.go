@@ -57,7 +57,7 @@ func TestParkedPollAnswersOnItsConnection(t *testing.T) {
 	if _, err := c.Write([]byte(getRequest(h, "/v1/poll?wait=30", phone))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the poll to park", func() bool { return h.srv.parking.now.Load() == 1 })
+	eventually(t, "the poll to park", func() bool { return h.srv.parking.Parked.Load() == 1 })
 	const parkedFor = 300 * time.Millisecond
 	time.Sleep(parkedFor) // a wait for the duration to show, not a synchronisation
 	h.send(laptop, "m1", []byte("hello"), "phone")
@@ -94,8 +94,8 @@ func TestParkedPollAnswersOnItsConnection(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d access lines for one poll, want 1", n)
 	}
-	if h.srv.HeldPolls() != 0 || h.srv.parking.now.Load() != 0 {
-		t.Errorf("after the answer: %d held, %d parked", h.srv.HeldPolls(), h.srv.parking.now.Load())
+	if h.srv.HeldPolls() != 0 || h.srv.parking.Parked.Load() != 0 {
+		t.Errorf("after the answer: %d held, %d parked", h.srv.HeldPolls(), h.srv.parking.Parked.Load())
 	}
 }
 
@@ -109,10 +109,10 @@ func TestParkedPollHangup(t *testing.T) {
 	if _, err := c.Write([]byte(getRequest(h, "/v1/poll?wait=30", phone))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the poll to park", func() bool { return h.srv.parking.now.Load() == 1 })
+	eventually(t, "the poll to park", func() bool { return h.srv.parking.Parked.Load() == 1 })
 	before := pollCounts(h)
 	c.Close()
-	eventually(t, "the poll to end", func() bool { return h.srv.HeldPolls() == 0 && h.srv.parking.now.Load() == 0 })
+	eventually(t, "the poll to end", func() bool { return h.srv.HeldPolls() == 0 && h.srv.parking.Parked.Load() == 0 })
 	line := waitLine(t, log, func(l map[string]any) bool { return l["route"] == "/v1/poll" })
 	if field(line, "status") != "499" || field(line, "outcome") != pollHangup || field(line, "device") != "phone" || field(line, "wait") != "30" {
 		t.Errorf("hang-up's line = %v", line)
@@ -139,7 +139,7 @@ func TestParkedPollClientSendsMore(t *testing.T) {
 				if _, err := c.Write([]byte(poll)); err != nil {
 					t.Fatal(err)
 				}
-				eventually(t, "the poll to park", func() bool { return h.srv.parking.now.Load() == 1 })
+				eventually(t, "the poll to park", func() bool { return h.srv.parking.Parked.Load() == 1 })
 				if _, err := c.Write([]byte(live)); err != nil {
 					t.Fatal(err)
 				}
@@ -164,7 +164,7 @@ func TestParkPollsOff(t *testing.T) {
 	phone, laptop := h.register("home", "phone"), h.register("home", "laptop")
 	got := heldPoll(h, phone, "wait=30")
 	eventually(t, "the poll held", func() bool { return h.srv.HeldPolls() == 1 })
-	if n := h.srv.parking.now.Load(); n != 0 {
+	if n := h.srv.parking.Parked.Load(); n != 0 {
 		t.Fatalf("%d polls parked with parking off", n)
 	}
 	h.send(laptop, "m1", []byte("x"), "phone")
@@ -186,7 +186,7 @@ func TestParkedPollOutlivesItsToken(t *testing.T) {
 	phone := h.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now(), Expires: time.Now().Add(time.Minute)})
 	h.must("POST", "/v1/register", phone, nil, http.StatusOK)
 	got := heldPoll(h, phone, "wait=30")
-	eventually(t, "the poll to park", func() bool { return h.srv.parking.now.Load() == 1 })
+	eventually(t, "the poll to park", func() bool { return h.srv.parking.Parked.Load() == 1 })
 	clock.Add(int64(time.Hour)) // the token is long expired, skew included
 	h.send(laptop, "m1", []byte("x"), "phone")
 	if p := <-got; len(p.Envelopes) != 1 {

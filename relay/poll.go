@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -58,7 +59,7 @@ type pollState struct {
 	pos    position.State
 	after  int64 // answer envelopes above this
 	// resume: how the wait ended of this poll, read again after it parked.
-	resume *resume
+	resume *parking.Resume
 	// parked: the poll's wait went on without its handler, which must
 	// not end it.
 	parked bool
@@ -99,7 +100,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 	// ordering. A parked poll whose wait ended for good (superseded,
 	// removed, out of time) answers without registering again: it would
 	// supersede the poll that superseded it.
-	if q.wait > 0 && (rs == nil || rs.err == nil) {
+	if q.wait > 0 && (rs == nil || rs.Err == nil) {
 		n := s.limits.held.Add(1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
 			s.limits.held.Add(-1)
@@ -125,7 +126,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		s.hooks.afterFirstRead(key)
 	}
 	p.after = p.pos.Cursor
-	if rs != nil && rs.err == nil && p.pos.Pending(p.after) {
+	if rs != nil && rs.Err == nil && p.pos.Pending(p.after) {
 		s.metrics.received.Inc() // news woke it while parked
 	}
 	return p, nil
@@ -168,7 +169,7 @@ func parsePoll(r *http.Request, maxWait time.Duration) (pollQuery, error) {
 func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, p *pollState) error {
 	deadline := s.pollDeadline(p.q.wait)
 	if p.resume != nil {
-		deadline = p.resume.deadline
+		deadline = p.resume.Deadline
 	}
 	for {
 		if p.pos.Pending(p.after) {
@@ -176,9 +177,9 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 				return err
 			}
 		}
-		if rs := p.resume; rs != nil && rs.err != nil {
+		if rs := p.resume; rs != nil && rs.Err != nil {
 			p.resume = nil
-			return s.endHold(ctx, w, r, rs.err, p.after)
+			return s.endHold(ctx, w, r, rs.Err, p.after)
 		}
 		if p.waiter == nil {
 			return s.answerEmpty(w, r, p.after, pollEmpty)

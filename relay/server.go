@@ -26,6 +26,7 @@ import (
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/expire"
 	"github.com/flamenet/relay/fleet"
+	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/service"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
@@ -70,7 +71,7 @@ type Server struct {
 
 	memory      *devices.Memory
 	corsOrigins corsOrigins
-	parking     *parking     // nil until Serve
+	parking     *parking.Lot // nil until Serve
 	fleet       *fleet.Watch // nil with one relay
 	// services are the background work, started in New and stopped in
 	// Shutdown, in one order.
@@ -238,16 +239,16 @@ func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
-	return s.answerDeadlines(takeResume(s.guardBody(s.cors(r, r))))
+	return s.account(s.answerDeadlines(s.guardBody(s.cors(r, r))))
 }
 
 // router is the API's routes: what routes serves, and what the test that
 // holds docs/openapi.yaml to the server walks.
 func (s *Server) router() chi.Router {
 	r := chi.NewRouter()
-	// First, so that it sees every answer, the router's own 404 and 405
-	// included, with the route pattern that matched.
-	r.Use(s.accessLog)
+	// First, so that every answer, the router's own 404 and 405 included,
+	// is logged with the route pattern that matched.
+	r.Use(noteRoute)
 	live := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -259,7 +260,7 @@ func (s *Server) router() chi.Router {
 	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
 	r.Post("/v1/send", s.countSends(s.authed(s.send)))
-	r.Get("/v1/poll", s.timePolls(s.authedHolding(s.poll)))
+	r.Get("/v1/poll", timePolls(s.authedHolding(s.poll)))
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
@@ -356,7 +357,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		// deadline in guardBody.
 		// A parked poll's connection comes back with how its wait ended.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return connContext(s.withAnswerTiming(ctx), c)
+			return parking.ConnContext(s.withAnswerTiming(ctx), c)
 		},
 	}
 	s.run.mu.Lock()
@@ -371,13 +372,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.run.http = srv
-	s.parking = newParking(ln.Addr(), srv.MaxHeaderBytes)
+	s.parking = parking.New(ln.Addr(), srv.MaxHeaderBytes)
 	s.run.mu.Unlock()
 	ln = answerListener{Listener: ln, log: s.log, cut: s.metrics.answersCut.Inc}
 	parked := make(chan error, 1)
-	go func() { parked <- srv.Serve(s.parking.ln) }()
+	go func() { parked <- srv.Serve(s.parking.Listener()) }()
 	err := srv.Serve(ln)
-	s.parking.ln.Close()
+	s.parking.CloseListener()
 	perr := <-parked
 	if errors.Is(err, http.ErrServerClosed) {
 		<-s.run.done
@@ -423,7 +424,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// Parked polls come back first (the hub, closing, ends their waits),
 	// so that the server, still reading, answers them before it stops.
-	if err := pk.close(ctx); err != nil {
+	if err := pk.Close(ctx); err != nil {
 		closeErr := srv.Close()
 		return fmt.Errorf("relay: parked polls did not come back in time: %w", errors.Join(err, closeErr))
 	}
