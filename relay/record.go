@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/flamenet/relay/internal/accesslog"
 	"github.com/flamenet/relay/internal/parking"
 )
 
@@ -56,6 +57,10 @@ func (rec *record) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (rec *record) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// statusHangup is logged for a request whose client went away before any
+// answer was written (nginx's convention).
+const statusHangup = 499
 
 type recordKey struct{}
 
@@ -108,7 +113,7 @@ func (s *Server) finish(ctx context.Context, rec *record) {
 		s.metrics.pollSeconds.Observe(took.Seconds())
 		s.metrics.polls.WithLabelValues(rec.outcome).Inc()
 	}
-	if !s.cfg.AccessLog || !s.logs.access.Enabled(ctx, accessLevel) {
+	if !s.cfg.AccessLog || !s.logs.access.Enabled(ctx) {
 		return
 	}
 	status := rec.status
@@ -119,10 +124,10 @@ func (s *Server) finish(ctx context.Context, rec *record) {
 	if route == "" {
 		route = "-" // no route matched
 	}
-	s.writeAccess(ctx, accessLine{
-		method: rec.method, route: route, status: status, took: took, bytes: rec.bytes,
-		client:    clientAddr(rec.remote, rec.forwarded, s.cfg.TrustedProxies),
-		household: rec.household, device: rec.device, outcome: rec.outcome, code: rec.code, query: rec.query,
+	s.logs.access.Write(ctx, accesslog.Line{
+		Method: rec.method, Route: route, Status: status, Took: took, Bytes: rec.bytes,
+		Client:    accesslog.ClientAddr(rec.remote, rec.forwarded, s.cfg.TrustedProxies),
+		Household: rec.household, Device: rec.device, Outcome: rec.outcome, Code: rec.code, Query: rec.query,
 	})
 }
 

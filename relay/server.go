@@ -13,7 +13,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,8 @@ import (
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/expire"
 	"github.com/flamenet/relay/fleet"
+	"github.com/flamenet/relay/internal/accesslog"
+	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/service"
 	"github.com/flamenet/relay/push"
@@ -69,10 +70,9 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	memory      *devices.Memory
-	corsOrigins corsOrigins
-	parking     *parking.Lot // nil until Serve
-	fleet       *fleet.Watch // nil with one relay
+	memory  *devices.Memory
+	parking *parking.Lot // nil until Serve
+	fleet   *fleet.Watch // nil with one relay
 	// services are the background work, started in New and stopped in
 	// Shutdown, in one order.
 	services  service.Group
@@ -101,14 +101,12 @@ type limits struct {
 
 // logs is what keeps the relay's lines few.
 type logs struct {
-	// access writes the access log (access.go).
-	access *slog.Logger
+	// access writes the access log.
+	access *accesslog.Log
 	// tokensRefused counts 401s for the rate-limited log line.
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
 	ackLog        rate.Sometimes
-	// refusalLines bounds the access log's lines of refused requests.
-	refusalLines refusalLines
 }
 
 // hooks are set by tests only.
@@ -155,7 +153,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			devicePolls: newDevicePolls(cfg.DevicePollRate, cfg.DevicePollBurst),
 		},
 		logs: logs{
-			access:     deps.AccessLogger,
 			refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
 			ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
 		},
@@ -164,12 +161,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.logs.access == nil {
-		s.logs.access = s.log
+	access := deps.AccessLogger
+	if access == nil {
+		access = s.log
 	}
-	s.logs.refusalLines = refusalLines{perSecond: refusalLinesPerSecond, report: func(dropped int) {
-		s.log.Info("requests refused and not logged", "dropped", dropped, "lines_per_second", refusalLinesPerSecond)
-	}}
+	s.logs.access = accesslog.New(access, s.log)
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -186,10 +182,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	hub := "local"
 	if cfg.RelayReplicas > 1 {
 		hub = "redis"
-	}
-	s.corsOrigins = corsOrigins{list: cfg.CORSOrigins}
-	if slices.Equal(cfg.CORSOrigins, []string{"*"}) {
-		s.corsOrigins = corsOrigins{any: true}
 	}
 	if sw, ok := deps.Store.(interface{ SingleWriter() bool }); !ok || !sw.SingleWriter() {
 		s.limits.gates = &gates{}
@@ -239,7 +231,7 @@ func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
-	return s.account(s.answerDeadlines(s.guardBody(s.cors(r, r))))
+	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, r))))
 }
 
 // router is the API's routes: what routes serves, and what the test that
@@ -413,7 +405,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// gathered until the last poll ended.
 	defer s.services.Stop()
 	// What the access log dropped in its last second is said before exit.
-	defer s.logs.refusalLines.flush()
+	defer s.logs.access.Flush()
 
 	s.run.mu.Lock()
 	s.run.shut = true

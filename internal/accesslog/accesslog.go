@@ -1,4 +1,9 @@
-package relay
+// Package accesslog writes a relay's access log: one line per finished
+// request, which names no token, payload or push address, and logs of the
+// query only cursor, wait and limit as plain numbers; the lines of
+// refusals a client can provoke in a loop are bounded, and a summary says
+// how many were left out.
+package accesslog
 
 import (
 	"context"
@@ -10,53 +15,75 @@ import (
 	"time"
 )
 
-// statusHangup is logged for a request whose client went away before any
-// answer was written (nginx's convention).
-const statusHangup = 499
+// LinesPerSecond bounds the lines of refusals that a client can provoke in
+// a loop; the rest are counted in a summary.
+const LinesPerSecond = 10
 
-// refusalLinesPerSecond bounds the access log lines of refusals that any
-// client can provoke, token or not; the rest are counted in a summary.
-const refusalLinesPerSecond = 10
+// Level is the access log's level.
+const Level = slog.LevelInfo
 
-// accessLevel is the access log's level.
-const accessLevel = slog.LevelInfo
+// hangup is the status of a request whose client went away before any
+// answer was written (nginx's convention): not a refusal.
+const hangup = 499
 
-// accessLine is what one access log line says.
-type accessLine struct {
-	method, route     string
-	status            int
-	took              time.Duration
-	bytes             int64
-	client            string
-	household, device string
-	outcome, code     string
-	query             string // the raw query; only its safe part is logged
+// Line is what one access log line says.
+type Line struct {
+	Method, Route     string
+	Status            int
+	Took              time.Duration
+	Bytes             int64
+	Client            string
+	Household, Device string
+	Outcome, Code     string
+	Query             string // the raw query; only its safe part is logged
 }
 
-func (s *Server) writeAccess(ctx context.Context, l accessLine) {
-	if refusal(l.status) && !s.logs.refusalLines.allow(time.Now()) {
+// Log writes the access log: one line per finished request, with the
+// lines of refusals bounded.
+type Log struct {
+	out     *slog.Logger
+	refused refusalLines
+}
+
+// New writes the access log to out; summaries of the refusals left out go
+// to summary.
+func New(out, summary *slog.Logger) *Log {
+	return &Log{out: out, refused: refusalLines{perSecond: LinesPerSecond, report: func(dropped int) {
+		summary.Info("requests refused and not logged", "dropped", dropped, "lines_per_second", LinesPerSecond)
+	}}}
+}
+
+// Enabled reports whether a line would be written at all.
+func (a *Log) Enabled(ctx context.Context) bool { return a.out.Enabled(ctx, Level) }
+
+// Flush says now what the last second left out.
+func (a *Log) Flush() { a.refused.flush() }
+
+// Write writes l's line, unless it is a refusal past this second's bound.
+func (a *Log) Write(ctx context.Context, l Line) {
+	if refusal(l.Status) && !a.refused.allow(time.Now()) {
 		return
 	}
 	var buf [16]slog.Attr
 	attrs := append(buf[:0],
-		slog.String("method", l.method),
-		slog.String("route", l.route),
-		slog.Int("status", l.status),
-		slog.String("duration", l.took.String()),
-		slog.Int64("bytes", l.bytes),
-		slog.String("client", l.client),
+		slog.String("method", l.Method),
+		slog.String("route", l.Route),
+		slog.Int("status", l.Status),
+		slog.String("duration", l.Took.String()),
+		slog.Int64("bytes", l.Bytes),
+		slog.String("client", l.Client),
 	)
-	if l.household != "" {
-		attrs = append(attrs, slog.String("household", l.household), slog.String("device", l.device))
+	if l.Household != "" {
+		attrs = append(attrs, slog.String("household", l.Household), slog.String("device", l.Device))
 	}
-	if l.outcome != "" {
-		attrs = append(attrs, slog.String("outcome", l.outcome))
+	if l.Outcome != "" {
+		attrs = append(attrs, slog.String("outcome", l.Outcome))
 	}
-	if l.code != "" {
-		attrs = append(attrs, slog.String("error", l.code))
+	if l.Code != "" {
+		attrs = append(attrs, slog.String("error", l.Code))
 	}
-	attrs = appendSafeQuery(attrs, l.query)
-	s.logs.access.LogAttrs(ctx, accessLevel, "request", attrs...)
+	attrs = appendSafeQuery(attrs, l.Query)
+	a.out.LogAttrs(ctx, Level, "request", attrs...)
 }
 
 // refusal reports whether an answer is one that a client can provoke in a
@@ -64,7 +91,7 @@ func (s *Server) writeAccess(ctx context.Context, l accessLine) {
 // 429 as fast as it likes: the bucket that refuses a request bounds what
 // it costs, not the lines it would write.
 func refusal(status int) bool {
-	return status >= 400 && status <= 499 && status != statusHangup
+	return status >= 400 && status <= 499 && status != hangup
 }
 
 // appendSafeQuery logs the query parameters that say nothing about anyone:
@@ -87,13 +114,13 @@ func appendSafeQuery(attrs []slog.Attr, raw string) []slog.Attr {
 	return attrs
 }
 
-// clientAddr is the client's address: the peer's, unless the peer is a
+// ClientAddr is the client's address: the peer's, unless the peer is a
 // trusted proxy. Then X-Forwarded-For is walked from its right end (the
 // entry the nearest proxy appended) past trusted proxies; the first
 // address that is not one is the client. A malformed entry stops the walk
 // at the last good address: what lies left of it cannot be told apart
 // from what a client wrote itself.
-func clientAddr(remote string, xff []string, trusted []netip.Prefix) string {
+func ClientAddr(remote string, xff []string, trusted []netip.Prefix) string {
 	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
 		return remote

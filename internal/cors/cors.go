@@ -1,4 +1,6 @@
-package relay
+// Package cors lets web apps served from other origins call the API
+// (FN_CORS_ORIGINS).
+package cors
 
 import (
 	"net/http"
@@ -8,7 +10,6 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// CORS lets web apps served from other origins call the API (FN_CORS_ORIGINS).
 // The API authenticates with bearer tokens that a page sets itself, never
 // with cookies, so the browser sends nothing on a page's behalf that the page
 // does not already hold: allowing an origin, or any ("*"), only lets its
@@ -26,29 +27,32 @@ const (
 // order Access-Control-Allow-Methods lists them.
 var corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
 
-// corsOrigins is the parsed FN_CORS_ORIGINS: nothing (off), any, or a list
-// of exact origins.
-type corsOrigins struct {
+// origins is the parsed FN_CORS_ORIGINS: nothing (off), any, or a list of
+// exact origins.
+type origins struct {
 	any  bool
 	list []string
 }
 
-func (o corsOrigins) enabled() bool { return o.any || len(o.list) > 0 }
-
-func (o corsOrigins) allows(origin string) bool {
+func (o origins) allows(origin string) bool {
 	return origin != "" && (o.any || slices.Contains(o.list, origin))
 }
 
-// cors adds the CORS headers to the API's answers (paths under /v1/) for
-// allowed origins, error answers included so that a page can read a 401's
-// or a 429's status, body and Retry-After, and answers their preflights.
-// Requests from other origins, and preflights from them, pass through
-// untouched: a preflight then gets the router's 405 without any CORS
-// header, and the browser refuses the request.
-func (s *Server) cors(router chi.Router, next http.Handler) http.Handler {
-	o := s.corsOrigins
-	if !o.enabled() {
+// Handler adds the CORS headers to the API's answers (paths under /v1/)
+// for the allowed origins (FN_CORS_ORIGINS: exact origins, or "*" alone for
+// any; none: next itself), error answers included so that a page can read
+// a 401's or a 429's status, body and Retry-After, and answers their
+// preflights with the methods router serves on the path. Requests from
+// other origins, and preflights from them, pass through untouched: a
+// preflight then gets the router's 405 without any CORS header, and the
+// browser refuses the request.
+func Handler(allowed []string, router chi.Router, next http.Handler) http.Handler {
+	if len(allowed) == 0 {
 		return next
+	}
+	o := origins{list: allowed}
+	if slices.Equal(allowed, []string{"*"}) {
+		o = origins{any: true}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/v1/") {
