@@ -60,7 +60,8 @@ func TestExpirer(t *testing.T) {
 }
 
 // TestExpirerStartStop: Start runs a pass at once; Stop ends the passes
-// and returns once the goroutine is gone.
+// and returns once the goroutine is gone. With Stop not waiting for it
+// this goes red (tried).
 func TestExpirerStartStop(t *testing.T) {
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/flamenet/relay/wake"
+	"github.com/flamenet/relay/device"
 )
 
 // Which limit refused a request, in the error body's "limit" field.
@@ -55,7 +55,7 @@ func rateLimited(limit, msg string) *httpError {
 // delivered. Any other (a held poll's end, a re-read of what was already
 // answered) takes a token from the device's bucket, which a correct client
 // never empties.
-func (s *Server) admitPoll(k wake.Key, cursor int64) error {
+func (s *Server) admitPoll(k device.Key, cursor int64) error {
 	if s.limits.devicePolls.allow(k, cursor, s.now()) {
 		return nil
 	}
@@ -71,7 +71,7 @@ type devicePolls struct {
 	burst int
 
 	mu sync.Mutex
-	m  map[wake.Key]*devicePoll
+	m  map[device.Key]*devicePoll
 }
 
 type devicePoll struct {
@@ -80,10 +80,10 @@ type devicePoll struct {
 }
 
 func newDevicePolls(r float64, burst int) devicePolls {
-	return devicePolls{rate: rate.Limit(r), burst: burst, m: make(map[wake.Key]*devicePoll)}
+	return devicePolls{rate: rate.Limit(r), burst: burst, m: make(map[device.Key]*devicePoll)}
 }
 
-func (d *devicePolls) allow(k wake.Key, cursor int64, now time.Time) bool {
+func (d *devicePolls) allow(k device.Key, cursor int64, now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p, ok := d.m[k]
@@ -154,7 +154,7 @@ func (b *buckets[K]) allow(key K, now time.Time) bool {
 // keep sends to one device out of one group.
 type gates struct {
 	mu sync.Mutex
-	m  map[wake.Key]*gate
+	m  map[device.Key]*gate
 }
 
 type gate struct {
@@ -171,7 +171,7 @@ func (g *gates) enter(ctx context.Context, household string, to []string, wait t
 	// a gate: most sends find theirs free.
 	var waitCtx context.Context
 	taken := make([]*gate, 0, len(to))
-	keys := make([]wake.Key, 0, len(to))
+	keys := make([]device.Key, 0, len(to))
 	leave = func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
@@ -181,10 +181,10 @@ func (g *gates) enter(ctx context.Context, household string, to []string, wait t
 		}
 	}
 	for _, d := range to {
-		k := wake.Key{Household: household, Device: d}
+		k := device.Key{Household: household, Device: d}
 		g.mu.Lock()
 		if g.m == nil {
-			g.m = make(map[wake.Key]*gate)
+			g.m = make(map[device.Key]*gate)
 		}
 		e := g.m[k]
 		if e == nil {
@@ -219,7 +219,7 @@ func (g *gates) enter(ctx context.Context, household string, to []string, wait t
 }
 
 // unref drops one holder or waiter; the caller holds mu.
-func (g *gates) unref(k wake.Key, e *gate) {
+func (g *gates) unref(k device.Key, e *gate) {
 	if e.refs--; e.refs == 0 {
 		delete(g.m, k)
 	}

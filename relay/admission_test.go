@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // gatedStore holds every Send until the gate opens, so a test can fill the
@@ -175,7 +175,7 @@ func TestGates(t *testing.T) {
 	eventually(t, "the second send waits for the gate", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.m[wake.Key{Household: "h", Device: "a"}].refs == 2
+		return g.m[device.Key{Household: "h", Device: "a"}].refs == 2
 	})
 	leaveA()
 	if err := <-got; err != nil {

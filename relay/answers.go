@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // Answers a client does not read.
@@ -168,16 +168,16 @@ type answerBytes struct {
 
 	total atomic.Int64 // for the gauge; written under mu
 	mu    sync.Mutex
-	per   map[wake.Key]int64
+	per   map[device.Key]int64
 }
 
 func newAnswerBytes(relayMax, deviceMax int64) *answerBytes {
-	return &answerBytes{relayMax: relayMax, deviceMax: deviceMax, per: make(map[wake.Key]int64)}
+	return &answerBytes{relayMax: relayMax, deviceMax: deviceMax, per: make(map[device.Key]int64)}
 }
 
 // take reserves n bytes for k's answer; it returns the limit that refused
 // them, or "".
-func (a *answerBytes) take(k wake.Key, n int64) string {
+func (a *answerBytes) take(k device.Key, n int64) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	d, total := a.per[k], a.total.Load()
@@ -194,7 +194,7 @@ func (a *answerBytes) take(k wake.Key, n int64) string {
 
 // add changes k's reservation by n, which may be negative; a growth is not
 // refused (the answer is already read).
-func (a *answerBytes) add(k wake.Key, n int64) {
+func (a *answerBytes) add(k device.Key, n int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if d := a.per[k] + n; d > 0 {
@@ -208,7 +208,7 @@ func (a *answerBytes) add(k wake.Key, n int64) {
 // answerHold is one answer's reservation.
 type answerHold struct {
 	a   *answerBytes
-	key wake.Key
+	key device.Key
 	n   int64
 }
 
@@ -223,7 +223,7 @@ func (h *answerHold) resize(n int64) {
 func (h *answerHold) release() { h.resize(0) }
 
 // holdAnswer reserves n bytes for an answer to k, or refuses the poll.
-func (s *Server) holdAnswer(k wake.Key, n int64) (answerHold, error) {
+func (s *Server) holdAnswer(k device.Key, n int64) (answerHold, error) {
 	if limit := s.limits.answers.take(k, n); limit != "" {
 		s.metrics.refusals.WithLabelValues(limit).Inc()
 		msg := "This device's answers already in flight are too large; read them, then poll again."

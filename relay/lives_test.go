@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/sqlite"
@@ -50,7 +51,7 @@ func TestRemovalSticksWithRedisPaused(t *testing.T) {
 		}
 	}()
 	a.must("DELETE", "/v1/devices/phone", admin, nil, http.StatusNoContent)
-	if life, _ := b.srv.memory.KnownLife(wake.Key{Household: "home", Device: "phone"}); !life.IsZero() {
+	if life, _ := b.srv.memory.KnownLife(device.Key{Household: "home", Device: "phone"}); !life.IsZero() {
 		t.Fatal("B heard of the removal with Redis paused; the test proves nothing")
 	}
 	for _, path := range []string{"/v1/poll?cursor=0&wait=0", "/v1/poll?wait=0"} {

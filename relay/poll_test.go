@@ -15,10 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/token"
-	"github.com/flamenet/relay/wake"
 )
 
 // TestPollNoLostWakeup guards the order of the poll loop in poll.go: the
@@ -47,7 +47,7 @@ func testNoLostWakeup(t *testing.T, at, from *harness, iterations int) {
 	phone := at.register("home", "phone")
 	sender := from.token("home", "laptop")
 	var seq int64
-	at.srv.hooks.afterFirstRead = func(k wake.Key) {
+	at.srv.hooks.afterFirstRead = func(k device.Key) {
 		// A real send through the API, committed and signalled while the
 		// poll is between its read and its wait.
 		r, err := from.do(context.Background(), "POST", "/v1/send", sender, map[string]any{"id": fmt.Sprint(seq + 1), "to": []string{"phone"}, "payload": []byte("x")})
@@ -88,7 +88,7 @@ func TestHangupFreesWaiters(t *testing.T) {
 	}
 	eventually(t, "200 held polls", func() bool { return h.srv.HeldPolls() == n })
 	for i := range n {
-		if !h.hub.Held(wake.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
+		if !h.hub.Held(device.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
 			t.Fatalf("d%d holds no waiter", i)
 		}
 	}
@@ -96,7 +96,7 @@ func TestHangupFreesWaiters(t *testing.T) {
 	wg.Wait()
 	eventually(t, "every waiter gone", func() bool { return h.srv.HeldPolls() == 0 })
 	for i := range n {
-		if h.hub.Held(wake.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
+		if h.hub.Held(device.Key{Household: "home", Device: fmt.Sprint("d", i)}) {
 			t.Fatalf("d%d still holds a waiter after its client hung up", i)
 		}
 	}
@@ -312,7 +312,7 @@ func TestLiveDeliveryKnowsTheDevicesLife(t *testing.T) {
 	fresh := a.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now().Add(time.Second), Expires: time.Now().Add(time.Hour)})
 	a.must("POST", "/v1/register", fresh, nil, http.StatusOK)
 	eventually(t, "b hears of the removal", func() bool {
-		pos, ok := b.srv.memory.Known(wake.Key{Household: "home", Device: "phone"})
+		pos, ok := b.srv.memory.Known(device.Key{Household: "home", Device: "phone"})
 		return ok && !pos.Life.IsZero()
 	})
 	held := heldPoll(b, fresh, "cursor=0&wait=10")

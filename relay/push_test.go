@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/wake"
 )
 
 // upFake is a UnifiedPush endpoint that records what it is sent, and can be
@@ -84,7 +84,7 @@ func TestPushAfterSend(t *testing.T) {
 	held := heldPoll(h, laptop, "wait=30")
 	// Held as the push decision sees it: counted in HeldPolls is not yet
 	// registered with the hub.
-	eventually(t, "laptop poll held", func() bool { return h.srv.hub.Held(wake.Key{Household: "home", Device: "laptop"}) })
+	eventually(t, "laptop poll held", func() bool { return h.srv.hub.Held(device.Key{Household: "home", Device: "laptop"}) })
 	h.send(phone, "2", []byte(secret), "laptop")
 	if p := <-held; len(p.Envelopes) != 1 {
 		t.Fatalf("held poll = %+v", p)

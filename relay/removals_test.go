@@ -9,12 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
-	"github.com/flamenet/relay/wake"
 )
 
-var tablet = wake.Key{Household: "home", Device: "tablet"}
+var tablet = device.Key{Household: "home", Device: "tablet"}
 
 // removeTablet registers home/tablet on h and removes it; it returns a
 // token of the tablet's issued before the removal.

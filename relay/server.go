@@ -114,7 +114,7 @@ type hooks struct {
 	// afterFirstRead runs right after a poll's first read of the device's
 	// position (the ack, which reads the head) and before anything else:
 	// a send committed there must still wake it.
-	afterFirstRead func(k wake.Key)
+	afterFirstRead func(k device.Key)
 	// beforeWake runs after a send's commit, right before its wakes are
 	// signalled.
 	beforeWake func(ws []wake.Wake)

@@ -30,14 +30,11 @@ var (
 	ErrDegraded = errors.New("wake: wake-ups degraded on request")
 )
 
-// Key names one device.
-type Key = device.Key
-
 // Wake says that an envelope for Key committed in the device's life Life
 // and that the device's head in that life (the highest seq it was ever
 // given) is now at least Head.
 type Wake struct {
-	Key  Key
+	Key  device.Key
 	Life device.Life
 	Head int64
 	// Envelope, when not nil, is the envelope itself, encoded by the relay
@@ -55,7 +52,7 @@ type Observer interface {
 	// envelope. A wake may arrive after a removal that followed its send.
 	Advanced(w Wake)
 	// Removed: k was removed at at.
-	Removed(k Key, at time.Time)
+	Removed(k device.Key, at time.Time)
 	// Lost: news may have been missed (a reconnect, an outage). Forget
 	// what was learned; every held poll is woken right after, so that it
 	// reads the store again.
@@ -70,7 +67,7 @@ type Hub interface {
 	Observe(o Observer)
 	// Subscribe registers the device's one waiter on this process,
 	// superseding any older one. The caller must Close the waiter.
-	Subscribe(ctx context.Context, k Key) (Waiter, error)
+	Subscribe(ctx context.Context, k device.Key) (Waiter, error)
 	// Signal tells every relay each device's new head and wakes its
 	// waiter, wherever it is held. It is called after the store commits;
 	// an error means only that a held poll may notice late (by its own
@@ -79,9 +76,9 @@ type Hub interface {
 	// Remove tells every relay that k was removed at at and ends its
 	// waiters with ErrRemoved. It is called after the store committed the
 	// removal.
-	Remove(ctx context.Context, k Key, at time.Time) error
+	Remove(ctx context.Context, k device.Key, at time.Time) error
 	// Held reports whether a poll for the device is held on this process.
-	Held(k Key) bool
+	Held(k device.Key) bool
 	// Close makes every current and future Wait return ErrClosed at once.
 	Close() error
 }

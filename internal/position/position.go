@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/wake"
 )
 
 // State is what the relay knows of one device.
@@ -79,7 +78,7 @@ type Cache struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[wake.Key]*entry
+	m  map[device.Key]*entry
 }
 
 type entry struct {
@@ -96,19 +95,19 @@ func New(max int) *Cache {
 	}
 	c := &Cache{seed: maphash.MakeSeed(), perShard: (max + shardCount - 1) / shardCount}
 	for i := range c.shards {
-		c.shards[i].m = make(map[wake.Key]*entry)
+		c.shards[i].m = make(map[device.Key]*entry)
 	}
 	return c
 }
 
-func (c *Cache) shard(k wake.Key) *shard {
+func (c *Cache) shard(k device.Key) *shard {
 	x := k.Hash(c.seed)
 	return &c.shards[x&(shardCount-1)]
 }
 
 // Get returns what is known of k, if it was read from the store in the
 // current generation.
-func (c *Cache) Get(k wake.Key) (State, bool) {
+func (c *Cache) Get(k device.Key) (State, bool) {
 	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,7 +126,7 @@ type Ticket struct {
 
 // Begin is called before reading k's state from the store; news that
 // arrives meanwhile is kept and merged by Fill.
-func (c *Cache) Begin(k wake.Key) Ticket {
+func (c *Cache) Begin(k device.Key) Ticket {
 	gen := c.gen.Load()
 	s := c.shard(k)
 	s.mu.Lock()
@@ -144,7 +143,7 @@ func (c *Cache) Begin(k wake.Key) Ticket {
 // Fill merges a store read begun with t and returns what is now known. If
 // the entry was replaced or went stale since Begin, nothing is kept and
 // the read is returned as it is: it is still the truth as of its snapshot.
-func (c *Cache) Fill(k wake.Key, t Ticket, st State) State {
+func (c *Cache) Fill(k device.Key, t Ticket, st State) State {
 	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -170,7 +169,7 @@ func (c *Cache) Fill(k wake.Key, t Ticket, st State) State {
 }
 
 // update changes a filled, current entry; it reports whether there was one.
-func (c *Cache) update(k wake.Key, fn func(e *entry)) bool {
+func (c *Cache) update(k device.Key, fn func(e *entry)) bool {
 	s := c.shard(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,7 +182,7 @@ func (c *Cache) update(k wake.Key, fn func(e *entry)) bool {
 }
 
 // updateLife is update for news of the life life only.
-func (c *Cache) updateLife(k wake.Key, life device.Life, fn func(e *entry)) {
+func (c *Cache) updateLife(k device.Key, life device.Life, fn func(e *entry)) {
 	c.update(k, func(e *entry) {
 		if e.Life.Compare(life) == 0 {
 			fn(e)
@@ -193,13 +192,13 @@ func (c *Cache) updateLife(k wake.Key, life device.Life, fn func(e *entry)) {
 
 // Acked records that k acknowledged up to cursor in its life life (never
 // moving it down).
-func (c *Cache) Acked(k wake.Key, life device.Life, cursor int64) {
+func (c *Cache) Acked(k device.Key, life device.Life, cursor int64) {
 	c.updateLife(k, life, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
 }
 
 // Registered records that k registered at now (a registration does not
 // move its cursor or head, and records the device's activity itself).
-func (c *Cache) Registered(k wake.Key, now time.Time) {
+func (c *Cache) Registered(k device.Key, now time.Time) {
 	c.update(k, func(e *entry) {
 		e.Exists = true
 		if now.After(e.Seen) {
@@ -210,13 +209,13 @@ func (c *Cache) Registered(k wake.Key, now time.Time) {
 
 // Empty records that a read of k's life life found nothing stored above
 // after up to upTo.
-func (c *Cache) Empty(k wake.Key, life device.Life, upTo int64) {
+func (c *Cache) Empty(k device.Key, life device.Life, upTo int64) {
 	c.updateLife(k, life, func(e *entry) { e.Floor = max(e.Floor, upTo) })
 }
 
 // Touch records that k's activity was recorded at seen, and reports whether
 // it is due: the last record is older than every (or there was none).
-func (c *Cache) Touch(k wake.Key, seen time.Time, every time.Duration) bool {
+func (c *Cache) Touch(k device.Key, seen time.Time, every time.Duration) bool {
 	due := true
 	c.update(k, func(e *entry) {
 		if !e.Seen.IsZero() && seen.Sub(e.Seen) < every {
@@ -235,7 +234,7 @@ func (c *Cache) Touch(k wake.Key, seen time.Time, every time.Duration) bool {
 // earlier life than the one known is dropped (a wake that arrives after
 // the removal it preceded); news of a later life tells of a removal not
 // heard of here, and is taken as that removal.
-func (c *Cache) Advanced(k wake.Key, life device.Life, head int64) {
+func (c *Cache) Advanced(k device.Key, life device.Life, head int64) {
 	gen := c.gen.Load()
 	s := c.shard(k)
 	s.mu.Lock()
@@ -270,7 +269,7 @@ func (e *entry) advance(head int64) {
 // HeadRead records that the store said at now that k's head in its life
 // life is head, to a cursor above it (see State.AheadOf); kept only if
 // memory's head is the same.
-func (c *Cache) HeadRead(k wake.Key, life device.Life, head int64, now time.Time) {
+func (c *Cache) HeadRead(k device.Key, life device.Life, head int64, now time.Time) {
 	c.updateLife(k, life, func(e *entry) {
 		if e.Head == head {
 			e.HeadRead = now
@@ -283,7 +282,7 @@ func (c *Cache) HeadRead(k wake.Key, life device.Life, head int64, now time.Time
 // 1. The entry is replaced, so that a read begun before the removal is not
 // merged into it; news of an earlier removal than the one known changes
 // nothing.
-func (c *Cache) Removed(k wake.Key, life device.Life) {
+func (c *Cache) Removed(k device.Key, life device.Life) {
 	gen := c.gen.Load()
 	s := c.shard(k)
 	s.mu.Lock()

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/wake"
 )
 
-var k = wake.Key{Household: "home", Device: "phone"}
+var k = device.Key{Household: "home", Device: "phone"}
 
-func filled(t *testing.T, c *Cache, k wake.Key, st State) State {
+func filled(t *testing.T, c *Cache, k device.Key, st State) State {
 	t.Helper()
 	return c.Fill(k, c.Begin(k), st)
 }
@@ -62,7 +61,7 @@ func TestRemovalDuringARead(t *testing.T) {
 // is not kept.
 func TestLost(t *testing.T) {
 	c := New(0)
-	other := wake.Key{Household: "home", Device: "laptop"}
+	other := device.Key{Household: "home", Device: "laptop"}
 	filled(t, c, other, State{Exists: true, Head: 3})
 	ticket := c.Begin(k)
 	c.Lost()
@@ -84,7 +83,7 @@ func TestLost(t *testing.T) {
 func TestNewsOfStrangers(t *testing.T) {
 	c := New(0)
 	for i := range 1000 {
-		c.Advanced(wake.Key{Household: "h", Device: fmt.Sprint(i)}, device.Life{}, 1)
+		c.Advanced(device.Key{Household: "h", Device: fmt.Sprint(i)}, device.Life{}, 1)
 	}
 	if n := c.Len(); n != 0 {
 		t.Fatalf("%d strangers remembered", n)
@@ -95,7 +94,7 @@ func TestNewsOfStrangers(t *testing.T) {
 func TestBounded(t *testing.T) {
 	c := New(640)
 	for i := range 20_000 {
-		filled(t, c, wake.Key{Household: "h", Device: fmt.Sprint(i)}, State{Exists: true})
+		filled(t, c, device.Key{Household: "h", Device: fmt.Sprint(i)}, State{Exists: true})
 	}
 	if n := c.Len(); n > 640+shardCount {
 		t.Fatalf("%d devices remembered, bound 640", n)
@@ -130,9 +129,9 @@ func TestAckedAndTouched(t *testing.T) {
 // end every device's head is the highest news it had.
 func TestConcurrentNews(t *testing.T) {
 	c := New(0)
-	keys := make([]wake.Key, 50)
+	keys := make([]device.Key, 50)
 	for i := range keys {
-		keys[i] = wake.Key{Household: "h", Device: fmt.Sprint(i)}
+		keys[i] = device.Key{Household: "h", Device: fmt.Sprint(i)}
 	}
 	var wg sync.WaitGroup
 	for w := range 8 {

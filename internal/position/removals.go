@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/wake"
 )
 
 // Removals is every device's last removal, known in full once loaded: a
@@ -20,19 +19,19 @@ import (
 // that began before Lost is not trusted.
 type Removals struct {
 	mu       sync.RWMutex
-	m        map[wake.Key]device.Life
+	m        map[device.Key]device.Life
 	gen      uint64 // bumped by Lost
 	complete bool
 }
 
 // NewRemovals returns an empty list, not complete until its first Fill.
 func NewRemovals() *Removals {
-	return &Removals{m: make(map[wake.Key]device.Life)}
+	return &Removals{m: make(map[device.Key]device.Life)}
 }
 
 // Get returns k's current life (begun by its last removal) and true, or
 // false while the list is not complete.
-func (r *Removals) Get(k wake.Key) (device.Life, bool) {
+func (r *Removals) Get(k device.Key) (device.Life, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if !r.complete {
@@ -42,7 +41,7 @@ func (r *Removals) Get(k wake.Key) (device.Life, bool) {
 }
 
 // Removed is the hub's news that k was removed, which began life.
-func (r *Removals) Removed(k wake.Key, life device.Life) {
+func (r *Removals) Removed(k device.Key, life device.Life) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.m[k] = r.m[k].Later(life)
@@ -67,7 +66,7 @@ func (r *Removals) Begin() uint64 {
 
 // Fill merges a full read begun with Begin's gen and makes the list
 // complete. It reports false, keeping nothing, when Lost came in between.
-func (r *Removals) Fill(gen uint64, read map[wake.Key]device.Life) bool {
+func (r *Removals) Fill(gen uint64, read map[device.Key]device.Life) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if gen != r.gen {

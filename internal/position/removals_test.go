@@ -5,12 +5,11 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/wake"
 )
 
 var t1 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func removedAt(t *testing.T, r *Removals, k wake.Key) time.Time {
+func removedAt(t *testing.T, r *Removals, k device.Key) time.Time {
 	t.Helper()
 	life, ok := r.Get(k)
 	if !ok {
@@ -24,8 +23,8 @@ func TestRemovalsCompleteOnceFilled(t *testing.T) {
 	if _, ok := r.Get(k); ok {
 		t.Fatal("Get before any Fill answered; a device removed before start would pass")
 	}
-	laptop := wake.Key{Household: "home", Device: "laptop"}
-	if !r.Fill(r.Begin(), map[wake.Key]device.Life{k: device.LifeAfter(t1)}) {
+	laptop := device.Key{Household: "home", Device: "laptop"}
+	if !r.Fill(r.Begin(), map[device.Key]device.Life{k: device.LifeAfter(t1)}) {
 		t.Fatal("Fill refused without Lost")
 	}
 	if got := removedAt(t, r, k); !got.Equal(t1) {
@@ -43,11 +42,11 @@ func TestRemovalsCompleteOnceFilled(t *testing.T) {
 // passed.
 func TestRemovalsNewsDuringARead(t *testing.T) {
 	r := NewRemovals()
-	laptop := wake.Key{Household: "home", Device: "laptop"}
+	laptop := device.Key{Household: "home", Device: "laptop"}
 	gen := r.Begin()
-	r.Removed(laptop, device.LifeAfter(t1))                   // after the snapshot: not in the read
-	r.Removed(k, device.LifeAfter(t1.Add(time.Hour)))         // removed again after the snapshot
-	read := map[wake.Key]device.Life{k: device.LifeAfter(t1)} // the snapshot's removal of phone
+	r.Removed(laptop, device.LifeAfter(t1))                     // after the snapshot: not in the read
+	r.Removed(k, device.LifeAfter(t1.Add(time.Hour)))           // removed again after the snapshot
+	read := map[device.Key]device.Life{k: device.LifeAfter(t1)} // the snapshot's removal of phone
 	if !r.Fill(gen, read) {
 		t.Fatal("Fill refused without Lost")
 	}
@@ -71,13 +70,13 @@ func TestRemovalsLostDuringARead(t *testing.T) {
 	r := NewRemovals()
 	gen := r.Begin()
 	r.Lost()
-	if r.Fill(gen, map[wake.Key]device.Life{}) {
+	if r.Fill(gen, map[device.Key]device.Life{}) {
 		t.Error("Fill of a read begun before Lost was kept")
 	}
 	if _, ok := r.Get(k); ok {
 		t.Error("Get answered from a read begun before Lost")
 	}
-	if !r.Fill(r.Begin(), map[wake.Key]device.Life{k: device.LifeAfter(t1)}) {
+	if !r.Fill(r.Begin(), map[device.Key]device.Life{k: device.LifeAfter(t1)}) {
 		t.Fatal("Fill of a read begun after Lost refused")
 	}
 	if got := removedAt(t, r, k); !got.Equal(t1) {

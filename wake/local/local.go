@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -30,7 +31,7 @@ type Hub struct {
 
 type shard struct {
 	mu      sync.Mutex
-	waiters map[wake.Key]*Waiter
+	waiters map[device.Key]*Waiter
 }
 
 var _ wake.Hub = (*Hub)(nil)
@@ -43,7 +44,7 @@ func New(obs wake.Observer) *Hub {
 		h.Observe(obs)
 	}
 	for i := range h.shards {
-		h.shards[i].waiters = make(map[wake.Key]*Waiter)
+		h.shards[i].waiters = make(map[device.Key]*Waiter)
 	}
 	return h
 }
@@ -61,7 +62,7 @@ func (h *Hub) observer() wake.Observer {
 	return nil
 }
 
-func (h *Hub) shard(k wake.Key) *shard {
+func (h *Hub) shard(k device.Key) *shard {
 	x := k.Hash(h.seed)
 	return &h.shards[x&(shardCount-1)]
 }
@@ -70,7 +71,7 @@ func (h *Hub) shard(k wake.Key) *shard {
 // ends with wake.ErrSuperseded at once. After Close, Subscribe registers
 // nothing and returns a nil waiter and wake.ErrClosed, so a draining relay
 // can refuse the poll.
-func (h *Hub) Subscribe(_ context.Context, k wake.Key) (wake.Waiter, error) {
+func (h *Hub) Subscribe(_ context.Context, k device.Key) (wake.Waiter, error) {
 	w, err := h.SubscribeLocal(k)
 	if err != nil {
 		return nil, err // not a typed nil inside the interface
@@ -80,7 +81,7 @@ func (h *Hub) Subscribe(_ context.Context, k wake.Key) (wake.Waiter, error) {
 
 // SubscribeLocal is Subscribe returning the concrete waiter, for hubs that
 // build on this one (wake/redis) and need its channels.
-func (h *Hub) SubscribeLocal(k wake.Key) (*Waiter, error) {
+func (h *Hub) SubscribeLocal(k device.Key) (*Waiter, error) {
 	s := h.shard(k)
 	w := &Waiter{
 		key:    k,
@@ -120,9 +121,9 @@ func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
 
 // Notify wakes k's waiter on this hub, telling the observer nothing: for
 // hubs that build on this one and have told it already.
-func (h *Hub) Notify(k wake.Key) { h.notify(k) }
+func (h *Hub) Notify(k device.Key) { h.notify(k) }
 
-func (h *Hub) notify(k wake.Key) {
+func (h *Hub) notify(k device.Key) {
 	s := h.shard(k)
 	s.mu.Lock()
 	if w := s.waiters[k]; w != nil {
@@ -146,7 +147,7 @@ func (h *Hub) NotifyAll() {
 
 // Remove tells the observer that k was removed, then ends k's waiter on
 // this hub with wake.ErrRemoved. It never fails.
-func (h *Hub) Remove(_ context.Context, k wake.Key, at time.Time) error {
+func (h *Hub) Remove(_ context.Context, k device.Key, at time.Time) error {
 	if obs := h.observer(); obs != nil {
 		obs.Removed(k, at)
 	}
@@ -155,7 +156,7 @@ func (h *Hub) Remove(_ context.Context, k wake.Key, at time.Time) error {
 }
 
 // End ends k's waiter on this hub with err, telling the observer nothing.
-func (h *Hub) End(k wake.Key, err error) {
+func (h *Hub) End(k device.Key, err error) {
 	s := h.shard(k)
 	s.mu.Lock()
 	w := s.waiters[k]
@@ -166,7 +167,7 @@ func (h *Hub) End(k wake.Key, err error) {
 }
 
 // Held reports whether a waiter for k is registered on this hub.
-func (h *Hub) Held(k wake.Key) bool {
+func (h *Hub) Held(k device.Key) bool {
 	s := h.shard(k)
 	s.mu.Lock()
 	_, ok := s.waiters[k]
@@ -193,7 +194,7 @@ func (h *Hub) Close() error {
 // Waiter is one held poll's registration. Wait is meant to be called by one
 // goroutine at a time (the poll's own); Close may be called from any.
 type Waiter struct {
-	key   wake.Key
+	key   device.Key
 	shard *shard
 	// signal has room for one wake, so a Signal that lands between
 	// Subscribe and Wait is kept; more wakes before the Wait collapse into
@@ -282,7 +283,7 @@ func (w *Waiter) Err() error {
 }
 
 // Key is the device this waiter was registered for.
-func (w *Waiter) Key() wake.Key { return w.key }
+func (w *Waiter) Key() device.Key { return w.key }
 
 // Close unregisters the waiter if it is still the one registered for its
 // key; a superseded waiter must not remove its successor. Safe to call more

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 	"github.com/flamenet/relay/wake/local"
 )
@@ -23,11 +24,11 @@ func TestMain(m *testing.M) {
 // loaded machine does not fail the test, and only a lost wake reaches it.
 const waitTimeout = 5 * time.Second
 
-func key(i int) wake.Key {
-	return wake.Key{Household: "home", Device: fmt.Sprintf("dev-%d", i)}
+func key(i int) device.Key {
+	return device.Key{Household: "home", Device: fmt.Sprintf("dev-%d", i)}
 }
 
-func subscribe(tb testing.TB, h *local.Hub, k wake.Key) wake.Waiter {
+func subscribe(tb testing.TB, h *local.Hub, k device.Key) wake.Waiter {
 	tb.Helper()
 	w, err := h.Subscribe(context.Background(), k)
 	if err != nil {
@@ -136,7 +137,7 @@ func TestSignalOnlyWakesItsKey(t *testing.T) {
 		t.Fatalf("Wait(b) = %v, want deadline", err)
 	}
 	// Same device name in another household is another key.
-	other := wake.Key{Household: "other", Device: a.Device}
+	other := device.Key{Household: "other", Device: a.Device}
 	if h.Held(other) {
 		t.Fatalf("Held(%v) = true, want false", other)
 	}
@@ -429,7 +430,7 @@ func BenchmarkSubscribeSignalWait(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		base := int(next.Add(1)) * 1000
-		keys := make([]wake.Key, 1000)
+		keys := make([]device.Key, 1000)
 		for i := range keys {
 			keys[i] = key(base + i)
 		}
@@ -456,7 +457,7 @@ func BenchmarkSubscribeSignalWait(b *testing.B) {
 func BenchmarkSignalNoWaiter(b *testing.B) {
 	h := local.New(nil)
 	defer h.Close()
-	keys := []wake.Key{key(1)}
+	keys := []device.Key{key(1)}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -469,7 +470,7 @@ func BenchmarkSignalNoWaiter(b *testing.B) {
 }
 
 // wakes is a wake for each key, at head 1.
-func wakes(keys ...wake.Key) []wake.Wake {
+func wakes(keys ...device.Key) []wake.Wake {
 	ws := make([]wake.Wake, len(keys))
 	for i, k := range keys {
 		ws[i] = wake.Wake{Key: k, Head: 1}
@@ -482,7 +483,7 @@ func wakes(keys ...wake.Key) []wake.Wake {
 // first, and takes a signal as Wait does.
 func TestWatch(t *testing.T) {
 	h := local.New(nil)
-	k := wake.Key{Household: "h", Device: "d"}
+	k := device.Key{Household: "h", Device: "d"}
 	sub := func() wake.Watcher {
 		t.Helper()
 		w, err := h.Subscribe(context.Background(), k)

@@ -8,7 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/flamenet/relay/wake"
+	"github.com/flamenet/relay/device"
 )
 
 // The benchmarks here give the figures quoted in docs/ARCHITECTURE.md:
@@ -35,7 +35,7 @@ func BenchmarkSignal(b *testing.B) {
 func BenchmarkSignal64(b *testing.B) {
 	raw, prefix := sharedRedis(b)
 	a := newProcess(b, raw, 4, steady(prefix))
-	var keys []wake.Key
+	var keys []device.Key
 	for i := range 64 {
 		keys = append(keys, dev(i))
 	}

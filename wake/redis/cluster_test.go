@@ -8,8 +8,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
-	"github.com/flamenet/relay/wake"
 	wredis "github.com/flamenet/relay/wake/redis"
 )
 
@@ -42,7 +42,7 @@ func masters(tb testing.TB, c *servicetest.RedisCluster) map[string]*servicetest
 // head), within d.
 func wakeEveryShard(t *testing.T, a, b *process, head int64, d time.Duration) {
 	t.Helper()
-	byShard := map[string]wake.Key{}
+	byShard := map[string]device.Key{}
 	for i := 0; len(byShard) < wredis.DefaultShards; i++ {
 		k := dev(i)
 		if _, ok := byShard[a.hub.Channel(k)]; !ok {

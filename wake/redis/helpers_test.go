@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/wake"
 	wredis "github.com/flamenet/relay/wake/redis"
@@ -190,7 +191,7 @@ func connectedClients(tb testing.TB, admin *goredis.Client) int {
 	return 0
 }
 
-func subscribe(tb testing.TB, h wake.Hub, k wake.Key) wake.Waiter {
+func subscribe(tb testing.TB, h wake.Hub, k device.Key) wake.Waiter {
 	tb.Helper()
 	w, err := h.Subscribe(context.Background(), k)
 	if err != nil {
@@ -224,8 +225,8 @@ func receive(tb testing.TB, ch <-chan error, within time.Duration, what string) 
 	}
 }
 
-func dev(i int) wake.Key {
-	return wake.Key{Household: "home", Device: fmt.Sprintf("dev-%d", i)}
+func dev(i int) device.Key {
+	return device.Key{Household: "home", Device: fmt.Sprintf("dev-%d", i)}
 }
 
 // eventually polls cond every few milliseconds for up to d.
@@ -258,15 +259,15 @@ type recorder struct {
 	// the window in which a waiter woken too early would find nothing.
 	delay     time.Duration
 	mu        sync.Mutex
-	heads     map[wake.Key]int64
-	removed   map[wake.Key]time.Time
-	advanced  map[wake.Key]int // calls per key
-	envelopes map[wake.Key]string
+	heads     map[device.Key]int64
+	removed   map[device.Key]time.Time
+	advanced  map[device.Key]int // calls per key
+	envelopes map[device.Key]string
 	lost      int
 }
 
 func newRecorder() *recorder {
-	return &recorder{heads: map[wake.Key]int64{}, removed: map[wake.Key]time.Time{}, advanced: map[wake.Key]int{}, envelopes: map[wake.Key]string{}}
+	return &recorder{heads: map[device.Key]int64{}, removed: map[device.Key]time.Time{}, advanced: map[device.Key]int{}, envelopes: map[device.Key]string{}}
 }
 
 func (r *recorder) Advanced(w wake.Wake) {
@@ -280,7 +281,7 @@ func (r *recorder) Advanced(w wake.Wake) {
 	}
 }
 
-func (r *recorder) Removed(k wake.Key, at time.Time) {
+func (r *recorder) Removed(k device.Key, at time.Time) {
 	time.Sleep(r.delay)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -293,19 +294,19 @@ func (r *recorder) Lost() {
 	r.lost++
 }
 
-func (r *recorder) head(k wake.Key) int64 {
+func (r *recorder) head(k device.Key) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.heads[k]
 }
 
-func (r *recorder) calls(k wake.Key) int {
+func (r *recorder) calls(k device.Key) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.advanced[k]
 }
 
-func (r *recorder) removedAt(k wake.Key) time.Time {
+func (r *recorder) removedAt(k device.Key) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.removed[k]
@@ -318,7 +319,7 @@ func (r *recorder) rounds() int {
 }
 
 // wakes is a wake for each key at head.
-func wakes(head int64, keys ...wake.Key) []wake.Wake {
+func wakes(head int64, keys ...device.Key) []wake.Wake {
 	ws := make([]wake.Wake, len(keys))
 	for i, k := range keys {
 		ws[i] = wake.Wake{Key: k, Head: head}

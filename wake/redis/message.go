@@ -65,7 +65,7 @@ func appendWake(b []byte, w wake.Wake) []byte {
 	return append(b, w.Envelope...)
 }
 
-func appendRemoval(b []byte, k wake.Key, at time.Time) []byte {
+func appendRemoval(b []byte, k device.Key, at time.Time) []byte {
 	b = appendString(b, k.Household)
 	b = appendString(b, k.Device)
 	return binary.AppendVarint(b, at.UnixNano())
@@ -111,16 +111,16 @@ func (m *message) nextInt() (int64, error) {
 	return v, nil
 }
 
-func (m *message) nextKey() (wake.Key, error) {
+func (m *message) nextKey() (device.Key, error) {
 	h, err := m.nextString()
 	if err != nil {
-		return wake.Key{}, err
+		return device.Key{}, err
 	}
 	d, err := m.nextString()
 	if err != nil {
-		return wake.Key{}, err
+		return device.Key{}, err
 	}
-	return wake.Key{Household: h, Device: d}, nil
+	return device.Key{Household: h, Device: d}, nil
 }
 
 // nextWake reads one wake of a 'V' message.
@@ -154,7 +154,7 @@ func (m *message) nextWake() (wake.Wake, error) {
 // shardOf maps a device to a shard. Every relay must agree, so that one
 // device's wakes and removal travel one channel, in order: hence a fixed
 // hash (FNV-1a), not a per-process seed.
-func shardOf(k wake.Key, shards int) int {
+func shardOf(k device.Key, shards int) int {
 	f := fnv.New64a()
 	_, _ = f.Write([]byte(k.Household))
 	_, _ = f.Write([]byte{0}) // names cannot contain NUL: ("ab","c") != ("a","bc")

@@ -12,9 +12,9 @@ import (
 func TestMessageRoundTrip(t *testing.T) {
 	id := instanceID{1, 2, 3, 4, 5, 6, 7, 8}
 	ws := []wake.Wake{
-		{Key: wake.Key{Household: "home", Device: "phone"}, Head: 42},
-		{Key: wake.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40, Envelope: []byte("an envelope\x00of any bytes")},
-		{Key: wake.Key{Household: "home", Device: "phone"}, Life: device.LifeAfter(time.UnixMicro(1700000000123456)), Head: 1},
+		{Key: device.Key{Household: "home", Device: "phone"}, Head: 42},
+		{Key: device.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40, Envelope: []byte("an envelope\x00of any bytes")},
+		{Key: device.Key{Household: "home", Device: "phone"}, Life: device.LifeAfter(time.UnixMicro(1700000000123456)), Head: 1},
 	}
 	b := header(kindWakes, id)
 	for _, w := range ws {
@@ -46,7 +46,7 @@ func TestMessageRoundTrip(t *testing.T) {
 // Anything on the channel that is not a whole message is refused, never a
 // panic: a cut payload, a length past the end, a short header.
 func TestMessageMalformed(t *testing.T) {
-	good := string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: wake.Key{Household: "home", Device: "phone"}, Head: 3, Envelope: []byte("env")}))
+	good := string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: device.Key{Household: "home", Device: "phone"}, Head: 3, Envelope: []byte("env")}))
 	for n := range len(good) {
 		m, err := parse(good[:n])
 		if err != nil {
@@ -63,7 +63,7 @@ func TestMessageMalformed(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add(string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: wake.Key{Household: "a", Device: "b"}, Head: 1})))
+	f.Add(string(appendWake(header(kindWakes, instanceID{}), wake.Wake{Key: device.Key{Household: "a", Device: "b"}, Head: 1})))
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := parse(s)
 		if err != nil {
@@ -101,13 +101,13 @@ func TestChannelNames(t *testing.T) {
 }
 
 func TestShardOf(t *testing.T) {
-	a := shardOf(wake.Key{Household: "ab", Device: "c"}, 16)
-	if a != shardOf(wake.Key{Household: "ab", Device: "c"}, 16) {
+	a := shardOf(device.Key{Household: "ab", Device: "c"}, 16)
+	if a != shardOf(device.Key{Household: "ab", Device: "c"}, 16) {
 		t.Fatal("shardOf is not stable")
 	}
 	hits := make([]int, 16)
 	for i := range 1600 {
-		hits[shardOf(wake.Key{Household: "home", Device: strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26)}, 16)]++
+		hits[shardOf(device.Key{Household: "home", Device: strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strings.Repeat("y", i/26)}, 16)]++
 	}
 	for s, n := range hits {
 		if n < 50 {

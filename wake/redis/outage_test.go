@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/wake"
 	wredis "github.com/flamenet/relay/wake/redis"
@@ -107,7 +108,7 @@ func (s *stream) holdPolls(t *testing.T, h wake.Hub) {
 
 // messagePathWorks: a wake sent through a now reaches b's observer by a
 // message (a round never sets a head) within d. It takes d when it fails.
-func messagePathWorks(a, b *process, k wake.Key, head int64, d time.Duration) bool {
+func messagePathWorks(a, b *process, k device.Key, head int64, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	sent := a.hub.Signal(context.Background(), wakes(head, k)) == nil
 	for time.Now().Before(deadline) {
@@ -123,7 +124,7 @@ func messagePathWorks(a, b *process, k wake.Key, head int64, d time.Duration) bo
 // b works again, failing the test after within.
 func awaitMessages(t *testing.T, a, b *process, since time.Time, within time.Duration) time.Duration {
 	t.Helper()
-	probe := wake.Key{Household: "probe", Device: "probe"}
+	probe := device.Key{Household: "probe", Device: "probe"}
 	for head := b.obs.head(probe) + 1; ; head++ {
 		if messagePathWorks(a, b, probe, head, 100*time.Millisecond) {
 			return time.Since(since)

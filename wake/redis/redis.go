@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/wake"
 	"github.com/flamenet/relay/wake/local"
 )
@@ -282,17 +283,17 @@ func (h *Hub) stamp() int64 { return int64(time.Since(h.epoch)) + 1 }
 func (h *Hub) Channels() []string { return append([]string(nil), h.channels...) }
 
 // Channel is the shard channel that carries k's wakes.
-func (h *Hub) Channel(k wake.Key) string { return h.channels[shardOf(k, h.cfg.Shards)] }
+func (h *Hub) Channel(k device.Key) string { return h.channels[shardOf(k, h.cfg.Shards)] }
 
 // Subscribe registers k's one waiter on this process, superseding an older
 // one here. It does no Redis I/O. After Close it returns nil and
 // wake.ErrClosed.
-func (h *Hub) Subscribe(ctx context.Context, k wake.Key) (wake.Waiter, error) {
+func (h *Hub) Subscribe(ctx context.Context, k device.Key) (wake.Waiter, error) {
 	return h.local.Subscribe(ctx, k)
 }
 
 // Held reports whether a poll for k is held on this process.
-func (h *Hub) Held(k wake.Key) bool { return h.local.Held(k) }
+func (h *Hub) Held(k device.Key) bool { return h.local.Held(k) }
 
 // Signal tells the observer and wakes the waiters on this process, then
 // publishes one message per shard touched, in one pipeline. The publish is
@@ -328,7 +329,7 @@ func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
 
 // Remove tells the observer and ends k's waiter on this process, then
 // publishes the removal on k's shard, bounded as Signal is.
-func (h *Hub) Remove(ctx context.Context, k wake.Key, at time.Time) error {
+func (h *Hub) Remove(ctx context.Context, k device.Key, at time.Time) error {
 	_ = h.local.Remove(ctx, k, at) // cannot fail
 	b := appendRemoval(header(kindRemoval, h.id), k, at)
 	if err := h.publish(ctx, []outbound{{h.Channel(k), b}}); err != nil {

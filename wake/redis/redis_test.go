@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/wake"
 	wredis "github.com/flamenet/relay/wake/redis"
@@ -290,7 +291,7 @@ func TestHeldPollsHoldNoConnection(t *testing.T) {
 
 	// Every one of them is woken from the other relay, 64 to a send.
 	for i := 0; i < n; i += 64 {
-		var keys []wake.Key
+		var keys []device.Key
 		for j := i; j < min(i+64, n); j++ {
 			keys = append(keys, dev(j))
 		}
