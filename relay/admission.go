@@ -56,90 +56,79 @@ func rateLimited(limit, msg string) *httpError {
 // answered) takes a token from the device's bucket, which a correct client
 // never empties.
 func (s *Server) admitPoll(k device.Key, cursor int64) error {
-	if s.limits.devicePolls.allow(k, cursor, s.now()) {
+	if s.limits.devicePolls.allowProgress(k, cursor, s.now()) {
 		return nil
 	}
 	s.metrics.refusals.WithLabelValues(refusedDevicePollRate).Inc()
 	return rateLimited(limitDevicePollRate, "This device polls too fast without moving its cursor; try again.")
 }
 
-// devicePolls is each device's poll bucket and the highest cursor one of
-// its polls stood at. Idle devices are forgotten as in buckets: a device
-// forgotten starts with a full bucket, and its next poll is not free.
-type devicePolls struct {
-	rate  rate.Limit
-	burst int
-
-	mu sync.Mutex
-	m  map[device.Key]*devicePoll
-}
-
-type devicePoll struct {
-	bucket *rate.Limiter
-	cursor int64
-}
-
-func newDevicePolls(r float64, burst int) devicePolls {
-	return devicePolls{rate: rate.Limit(r), burst: burst, m: make(map[device.Key]*devicePoll)}
-}
-
-func (d *devicePolls) allow(k device.Key, cursor int64, now time.Time) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	p, ok := d.m[k]
-	if !ok {
-		if len(d.m) >= bucketsSweep {
-			for k, v := range d.m {
-				if v.bucket.TokensAt(now) >= float64(d.burst) {
-					delete(d.m, k)
-				}
-			}
-		}
-		p = &devicePoll{bucket: rate.NewLimiter(d.rate, d.burst), cursor: cursor}
-		d.m[k] = p
-	} else if cursor > p.cursor {
-		p.cursor = cursor
-		return true
-	}
-	return p.bucket.AllowN(now, 1)
-}
-
 // buckets holds a token bucket for each key (a household's sends, a
 // device's polls). A bucket that has filled up again is the same as a new
 // one, so idle keys are forgotten whenever the map grows past
 // bucketsSweep: memory follows the keys active now, not every key ever
-// seen.
+// seen. (A device's poll bucket forgotten so starts full, and its next
+// poll is not free.)
 type buckets[K comparable] struct {
 	rate  rate.Limit
 	burst int
 
 	mu sync.Mutex
-	m  map[K]*rate.Limiter
+	m  map[K]*bucket
+}
+
+type bucket struct {
+	*rate.Limiter
+	// cursor is the highest cursor a poll of the device stood at.
+	cursor int64
 }
 
 // bucketsSweep is the map size past which idle buckets are dropped.
 const bucketsSweep = 4096
 
 func newBuckets[K comparable](r float64, burst int) buckets[K] {
-	return buckets[K]{rate: rate.Limit(r), burst: burst, m: make(map[K]*rate.Limiter)}
+	return buckets[K]{rate: rate.Limit(r), burst: burst, m: make(map[K]*bucket)}
 }
 
+// allow takes a token from key's bucket.
 func (b *buckets[K]) allow(key K, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l, ok := b.m[key]
-	if !ok {
-		if len(b.m) >= bucketsSweep {
-			for k, v := range b.m {
-				if v.TokensAt(now) >= float64(b.burst) {
-					delete(b.m, k)
-				}
+	bk, _ := b.get(key, now)
+	return bk.AllowN(now, 1)
+}
+
+// allowProgress lets through for free a poll whose cursor is above every
+// earlier one's of its device, and takes a token for any other.
+func (b *buckets[K]) allowProgress(key K, cursor int64, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bk, fresh := b.get(key, now)
+	switch {
+	case fresh:
+		bk.cursor = cursor
+	case cursor > bk.cursor:
+		bk.cursor = cursor
+		return true
+	}
+	return bk.AllowN(now, 1)
+}
+
+// get is key's bucket, made (fresh) if there was none; b.mu is held.
+func (b *buckets[K]) get(key K, now time.Time) (bk *bucket, fresh bool) {
+	if bk, ok := b.m[key]; ok {
+		return bk, false
+	}
+	if len(b.m) >= bucketsSweep {
+		for k, v := range b.m {
+			if v.TokensAt(now) >= float64(b.burst) {
+				delete(b.m, k)
 			}
 		}
-		l = rate.NewLimiter(b.rate, b.burst)
-		b.m[key] = l
 	}
-	return l.AllowN(now, 1)
+	bk = &bucket{Limiter: rate.NewLimiter(b.rate, b.burst)}
+	b.m[key] = bk
+	return bk, true
 }
 
 // gates lets one send at a time per device reach the store from this relay.

@@ -2,8 +2,6 @@ package relay
 
 import (
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -181,45 +179,19 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolWaitSecsDesc, prometheus.CounterValue, st.WaitDuration.Seconds())
 }
 
-// statusRecorder remembers the status a handler wrote.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
 // sendClientGone is the code counted for a send whose client went away
 // before its answer (nginx's convention): the store call it cut short
 // fails with 503, which is not the relay's failure.
 const sendClientGone = "499"
 
-// countSends records every send's status code and duration.
-func (s *Server) countSends(next http.HandlerFunc) http.HandlerFunc {
+// countSends marks a request as a send, so that its account (finish)
+// counts it with its status and times it.
+func countSends(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
-		next(rec, r)
-		s.metrics.sendSeconds.Observe(time.Since(start).Seconds())
-		code := strconv.Itoa(rec.status)
-		if rec.status >= 500 && r.Context().Err() != nil {
-			code = sendClientGone
+		if rec := recordOf(r.Context()); rec != nil {
+			rec.send = true
 		}
-		s.metrics.sends.WithLabelValues(code).Inc()
+		next(w, r)
 	}
 }
 

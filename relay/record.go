@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,6 +33,7 @@ type record struct {
 
 	household, device string
 	poll              bool   // a poll: counted in fn_polls_total
+	send              bool   // a send: counted in fn_sends_total
 	outcome           string // polls only
 	code              string // the protocol's error code, for an error answer
 	status            int
@@ -103,9 +105,18 @@ func noteRoute(next http.Handler) http.Handler {
 }
 
 // finish closes a request's account: a poll is counted with its outcome
-// and timed, and the request gets its access log line.
+// and a send with its status, each timed, and the request gets its access
+// log line.
 func (s *Server) finish(ctx context.Context, rec *record) {
 	took := time.Since(rec.start)
+	if rec.send {
+		s.metrics.sendSeconds.Observe(took.Seconds())
+		code := strconv.Itoa(rec.status)
+		if rec.status >= 500 && ctx.Err() != nil {
+			code = sendClientGone
+		}
+		s.metrics.sends.WithLabelValues(code).Inc()
+	}
 	if rec.poll {
 		if rec.outcome == "" {
 			rec.outcome = pollError // every path notes one; a poll without is a bug

@@ -95,7 +95,7 @@ type limits struct {
 	inflight    chan struct{}
 	limiter     *rate.Limiter
 	households  buckets[string]
-	devicePolls devicePolls
+	devicePolls buckets[device.Key]
 	gates       *gates // nil: the store queues sends per device itself
 }
 
@@ -150,7 +150,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			inflight:    make(chan struct{}, cfg.SendInflight),
 			limiter:     rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
 			households:  newBuckets[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
-			devicePolls: newDevicePolls(cfg.DevicePollRate, cfg.DevicePollBurst),
+			devicePolls: newBuckets[device.Key](cfg.DevicePollRate, cfg.DevicePollBurst),
 		},
 		logs: logs{
 			refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
@@ -251,7 +251,7 @@ func (s *Server) router() chi.Router {
 	r.Get("/ready", s.ready)
 	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
-	r.Post("/v1/send", s.countSends(s.authed(s.send)))
+	r.Post("/v1/send", countSends(s.authed(s.send)))
 	r.Get("/v1/poll", timePolls(s.authedHolding(s.poll)))
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
