@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// service is a server process a fault campaign owns: Postgres or Redis,
+// started by this tool on a free loopback port in a temp dir, never the
+// machine's own. It runs in a process group of its own, so that a kill or
+// a pause reaches every process it has (Postgres has one per connection),
+// and only those.
+type service struct {
+	name    string
+	argv    []string
+	cred    *syscall.Credential // nil: this tool's user
+	dir     string
+	logPath string
+	// stopSig asks for a clean exit at teardown.
+	stopSig syscall.Signal
+	// ready reports whether the server answers.
+	ready func(ctx context.Context) error
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// serviceReadyLimit bounds a start: Postgres may first replay its WAL
+// after a kill.
+const serviceReadyLimit = 60 * time.Second
+
+// start starts the server and waits until it answers.
+func (s *service) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s log: %w", s.name, err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// SIGKILL when this tool dies, however: a throwaway server must not
+	// outlive its campaign.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, serviceReadyLimit)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := s.ready(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited before it answered (%v); log:\n%s", s.name, cmd.ProcessState, tail(s.logPath, 20))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not answering: %w (last: %v); log:\n%s", s.name, ctx.Err(), err, tail(s.logPath, 20))
+		case <-tick.C:
+		}
+	}
+}
+
+// group is the running server's process group, or 0.
+func (s *service) group() (int, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0, nil
+	}
+	return s.cmd.Process.Pid, s.done
+}
+
+// signal sends sig to the server's process group.
+func (s *service) signal(sig syscall.Signal) error {
+	pgid, _ := s.group()
+	// Never a group this tool did not make: 0 or 1 would reach far more.
+	if pgid <= 1 || pgid == syscall.Getpgrp() {
+		return fmt.Errorf("%s is not running", s.name)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", s.name, err)
+	}
+	return nil
+}
+
+func (s *service) pause() error  { return s.signal(syscall.SIGSTOP) }
+func (s *service) resume() error { return s.signal(syscall.SIGCONT) }
+
+// kill ends every process of the server with SIGKILL, as a crash of its
+// machine would, and returns once none is left: a Postgres started again
+// while a backend of the old one lives refuses to start.
+func (s *service) kill() error {
+	pgid, done := s.group()
+	if err := s.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-done
+	s.mu.Lock()
+	s.cmd = nil
+	s.mu.Unlock()
+	return awaitGroupGone(pgid, 10*time.Second)
+}
+
+// stop asks the server to exit, and kills it if it does not in time. It is
+// safe to call when the server is not running.
+func (s *service) stop() error {
+	pgid, done := s.group()
+	if pgid == 0 {
+		return nil
+	}
+	_ = s.signal(syscall.SIGCONT) // a paused server hears nothing else
+	// To the leader only: Postgres's postmaster tells its backends.
+	if err := syscall.Kill(pgid, s.stopSig); err != nil {
+		return fmt.Errorf("signal %s: %w", s.name, err)
+	}
+	t := time.NewTimer(15 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		return errors.Join(fmt.Errorf("%s did not exit within 15s of %v", s.name, s.stopSig), s.kill())
+	}
+	s.mu.Lock()
+	s.cmd = nil
+	s.mu.Unlock()
+	return awaitGroupGone(pgid, 10*time.Second)
+}
+
+// awaitGroupGone waits until no live process is left in process group
+// pgid. Zombies do not count: they hold no port and no shared memory.
+func awaitGroupGone(pgid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes of group %d still alive after %s", pgid, limit)
+		}
+		// The processes are not this tool's children: nothing to wait on.
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// groupAlive reports whether a process of group pgid lives, from /proc.
+func groupAlive(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		state, group, ok := statGroup(string(b))
+		if ok && group == pgid && state != "Z" && state != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// statGroup reads the state and process group from a /proc/<pid>/stat
+// line: "pid (comm) state ppid pgrp ...", where comm may hold anything.
+func statGroup(stat string) (state string, pgrp int, ok bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return "", 0, false
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 3 {
+		return "", 0, false
+	}
+	pgrp, err := strconv.Atoi(f[2])
+	return f[0], pgrp, err == nil
+}
+
+// services are a campaign's own Postgres and Redis.
+type services struct {
+	pg, redis *service
+	pgURL     string // admin URL of the cluster
+	redisURL  string
+}
+
+// startServices starts a private Postgres cluster and a private Redis, each
+// on a free loopback port in a temp dir of its own. On error whatever
+// started is torn down.
+func startServices(ctx context.Context) (_ *services, err error) {
+	sv := &services{}
+	defer func() {
+		if err != nil {
+			_ = sv.close()
+		}
+	}()
+	if sv.pg, sv.pgURL, err = newPostgres(ctx); err != nil {
+		return sv, err
+	}
+	if err := sv.pg.start(ctx); err != nil {
+		return sv, err
+	}
+	if sv.redis, sv.redisURL, err = newRedis(); err != nil {
+		return sv, err
+	}
+	if err := sv.redis.start(ctx); err != nil {
+		return sv, err
+	}
+	return sv, nil
+}
+
+// close stops both servers and removes their directories.
+func (sv *services) close() error {
+	var errs []error
+	for _, s := range []*service{sv.redis, sv.pg} {
+		if s == nil {
+			continue
+		}
+		errs = append(errs, s.stop(), os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// postgresBin finds the directory with initdb and postgres: the newest of
+// Debian's /usr/lib/postgresql/<version>/bin, else initdb's on PATH.
+func postgresBin() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(dirs, func(a, b string) int {
+		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(a)))
+		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(b)))
+		return vb - va
+	})
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	for _, d := range dirs {
+		if isExecutable(filepath.Join(d, "initdb")) && isExecutable(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("no initdb and postgres (looked in /usr/lib/postgresql/*/bin and PATH)")
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// postgresUser is who Postgres runs as: this tool's user, or, for root
+// (which initdb and postgres refuse), the postgres account.
+func postgresUser() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, Postgres must run as another user, and there is no postgres account: %w", err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("postgres account: %w", err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// servicesMissing says what a campaign needs and this machine lacks, or
+// nil.
+func servicesMissing() error {
+	var errs []error
+	if _, err := postgresBin(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := postgresUser(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// newPostgres makes a fresh cluster with initdb, not yet started. fsync is
+// off: a campaign kills processes, not the machine, and what a killed
+// Postgres wrote is in the kernel's cache either way. Commits stay
+// synchronous, so a commit that was answered survives a kill.
+func newPostgres(ctx context.Context) (*service, string, error) {
+	bin, err := postgresBin()
+	if err != nil {
+		return nil, "", err
+	}
+	cred, err := postgresUser()
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "relay-campaign-pg-")
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres dir: %w", err)
+	}
+	s := &service{name: "postgres", cred: cred, dir: dir, logPath: filepath.Join(dir, "postgres.log"), stopSig: syscall.SIGINT}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return s, "", fmt.Errorf("postgres dir: %w", err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")
+	initdb.Dir = dir
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return s, "", fmt.Errorf("initdb: %w\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return s, "", err
+	}
+	s.argv = []string{filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + dir,
+		"-c", "fsync=off", "-c", "full_page_writes=off", "-c", "shared_buffers=32MB",
+		"-c", "max_connections=200", "-c", "logging_collector=off"}
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	s.ready = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		_, err = conn.Exec(ctx, "SELECT 1")
+		return err
+	}
+	return s, url, nil
+}
+
+// newRedis makes a private redis-server, not yet started, without
+// persistence: Redis carries only wake-ups, and a restarted one starts
+// empty, as the relays must expect.
+func newRedis() (*service, string, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "relay-campaign-redis-")
+	if err != nil {
+		return nil, "", fmt.Errorf("redis dir: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return &service{dir: dir}, "", err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	s := &service{
+		name: "redis", dir: dir, logPath: filepath.Join(dir, "redis.log"), stopSig: syscall.SIGTERM,
+		argv: []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir},
+		ready: func(ctx context.Context) error {
+			var d net.Dialer
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			dl, _ := ctx.Deadline()
+			_ = c.SetDeadline(dl)
+			if _, err := c.Write([]byte("PING\r\n")); err != nil {
+				return err
+			}
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(line, "+PONG") {
+				return fmt.Errorf("redis answered %q to PING", strings.TrimSpace(line))
+			}
+			return nil
+		},
+	}
+	return s, "redis://" + addr + "/0", nil
+}
