@@ -430,17 +430,58 @@ func (s *stack) crash(ctx context.Context, i int, down time.Duration) (killed, r
 	if !sleepFor(ctx, down) {
 		return killed, time.Time{}, ctx.Err()
 	}
-	r, err := startRelay(ctx, sl.spec, sl.cap)
-	if r != nil {
-		s.mu.Lock()
-		sl.cur = r
-		s.mu.Unlock()
-	}
+	r, err := s.restart(ctx, sl)
 	if err != nil {
 		return killed, time.Time{}, fmt.Errorf("restart relay %d: %w", i, err)
 	}
 	s.logger.Info("relay restarted", "relay", i, "pid", r.cmd.Process.Pid, "down", time.Since(killed).Round(time.Millisecond))
 	return killed, time.Now(), nil
+}
+
+// restartLimit bounds how long a supervisor keeps starting a relay that
+// exits at boot (its store down, say) before it gives up.
+const restartLimit = 60 * time.Second
+
+// restart starts the slot's relay again, and again while it exits before
+// it is ready, as a supervisor would, until restartLimit.
+func (s *stack) restart(ctx context.Context, sl *slot) (*relayProc, error) {
+	deadline := time.Now().Add(restartLimit)
+	for attempt := 0; ; attempt++ {
+		r, err := startRelay(ctx, sl.spec, sl.cap)
+		if r != nil {
+			s.mu.Lock()
+			sl.cur = r
+			s.mu.Unlock()
+		}
+		if err == nil || r == nil || !r.exited() || ctx.Err() != nil || time.Now().After(deadline) {
+			return r, err
+		}
+		// Exited at boot: the supervisor's business, not a crash.
+		r.intended.Store(true)
+		s.mu.Lock()
+		sl.retire(r)
+		sl.cur = nil
+		s.mu.Unlock()
+		s.logger.Warn("relay exited at boot; starting it again", "relay", sl.spec.i, "err", err)
+		sleepFor(ctx, min(100*time.Millisecond<<min(attempt, 4), time.Second))
+	}
+}
+
+// pause stops replica i with SIGSTOP for hold, as a stalled VM or a long
+// collection would, then continues it. It is continued whatever happens.
+func (s *stack) pause(ctx context.Context, i int, hold time.Duration) error {
+	r := s.relay(i)
+	if r == nil || r.exited() {
+		return fmt.Errorf("relay %d is not running, so it cannot be paused", i)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pause relay %d: %w", i, err)
+	}
+	sleepFor(ctx, hold)
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("continue relay %d: %w", i, err)
+	}
+	return nil
 }
 
 // usage sums the relays' CPU time, each slot's peak resident memory (the
