@@ -19,6 +19,13 @@ type verdict struct {
 	unexpected  int // arrivals that are not an accepted send to this recipient
 	unconfirmed int // sends with no answer that arrived anyway
 	errors      map[string]int
+
+	// By the recipient's lives (a campaign's removals): accepted sends
+	// owed, excused (and of those, delivered) and straddling, as fateOf
+	// says; homeless were accepted while no life existed; elsewhere
+	// arrived at a life they did not overlap.
+	owed, excused, excusedDelivered, straddling int
+	homeless, elsewhere                         int
 }
 
 // checkOpts are what the checks need to know of the run beyond arrivals.
@@ -33,34 +40,44 @@ type checkOpts struct {
 // check holds every recipient's arrivals against what was sent: each
 // accepted send arrives exactly once, at its recipient, from its sender,
 // with the seq and payload it was given, in seq order; nothing else
-// arrives. The one repeat allowed: under explicit acks, an envelope that
-// arrives again with the same seq after a crash is a redelivery (the crash
-// lost its ack), not a duplicate. With the cursor in every poll no repeat
-// is allowed, since the relay answers from the cursor the client sends.
+// arrives. A recipient removed and registered again (-faults) has lives,
+// each with seqs of its own: a send is owed only if it ran while a life
+// lasted that was never removed, and may arrive only at a life it
+// overlapped. The repeats allowed: an envelope that arrives again at the
+// same life with the same seq after its client crashed (the client lost
+// its place), or under explicit acks after a relay was killed (the kill
+// lost its ack), is a redelivery, not a duplicate. Otherwise no repeat is
+// allowed, since the relay answers from the cursor the client sends.
 func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 	v := verdict{errors: map[string]int{}}
 	seen := make([]int, len(sends)) // arrivals at the right recipient
 	first := make([]received, len(sends))
 	for _, p := range pairs {
-		var prev int64
+		prev := map[int]int64{} // by life
 		for _, got := range p.received {
-			ours := got.send >= 0 && sends[got.send].pair == p.idx && got.from == p.sender
+			mine := got.send >= 0 && sends[got.send].pair == p.idx && got.from == p.sender
+			ours := mine && (len(p.lives) == 0 || p.lives[got.life].mayHold(sends[got.send]))
 			if ours && seen[got.send] > 0 {
 				// Counted once, as a repeat, not again as out of order.
 				seen[got.send]++
-				if opts.explicitAck && got.seq == first[got.send].seq && crashBetween(opts.kills, first[got.send].since(), got.at) {
+				f := first[got.send]
+				again := got.seq == f.seq && got.life == f.life
+				if again && (opts.explicitAck && crashBetween(opts.kills, f.since(), got.at) || crashBetween(p.crashes, f.since(), got.at)) {
 					v.redelivered++
 				} else {
 					v.duplicates++
 				}
 				continue
 			}
-			if got.seq <= prev {
+			if got.seq <= prev[got.life] {
 				v.reordered++
 			}
-			prev = max(prev, got.seq)
+			prev[got.life] = max(prev[got.life], got.seq)
 			if !ours {
 				v.unexpected++
+				if mine {
+					v.elsewhere++
+				}
 				continue
 			}
 			seen[got.send]++
@@ -84,8 +101,24 @@ func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 		}
 	}
 	for i, rec := range sends {
-		if rec.outcome == accepted && seen[i] == 0 {
-			v.lost++
+		if rec.outcome != accepted {
+			continue
+		}
+		switch fateOf(rec, pairs[rec.pair].lives) {
+		case owed:
+			v.owed++
+			if seen[i] == 0 {
+				v.lost++
+			}
+		case excused:
+			v.excused++
+			if seen[i] > 0 {
+				v.excusedDelivered++
+			}
+		case straddling:
+			v.straddling++
+		case homeless:
+			v.homeless++
 		}
 	}
 	return v
@@ -219,6 +252,18 @@ func (res *result) fill(rep *report.Report) {
 		if c.Error != "" {
 			fails = append(fails, fmt.Sprintf("the relay did not come back after the crash at %.1f s: %s", c.AtSeconds, c.Error))
 		}
+	}
+	if v.homeless > 0 {
+		fails = append(fails, fmt.Sprintf("%d sends were accepted while their recipient was removed and not yet registered again", v.homeless))
+	}
+	if v.elsewhere > 0 {
+		fails = append(fails, fmt.Sprintf("%d envelopes arrived at a registration of their recipient that did not last while they were sent", v.elsewhere))
+	}
+	if c := res.campaign; c != nil {
+		c.Owed, c.Excused, c.ExcusedDelivered, c.Straddling = v.owed, v.excused, v.excusedDelivered, v.straddling
+		c.RemovalAnswers = res.removal
+		rep.Campaign = c
+		fails = append(fails, campaignFailures(c)...)
 	}
 	fails = append(fails, res.exits...)
 	if m := res.memory; m != nil && m.OOMKilled {

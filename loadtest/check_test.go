@@ -197,3 +197,89 @@ func TestPayloadCarriesItsID(t *testing.T) {
 		t.Error("two ids gave the same payload")
 	}
 }
+
+// TestCheckLives judges sends by the recipient's lives: r0 was removed
+// (the DELETE sent at 9 s, answered at 10 s) and registered again with a
+// fresh token (sent at 12 s, answered at 12.1 s).
+func TestCheckLives(t *testing.T) {
+	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	send := func(started, answered float64, seq int64) sendRecord {
+		return sendRecord{pair: 0, outcome: accepted, seq: seq, started: sec(started), answered: sec(answered)}
+	}
+	sends := []sendRecord{
+		0: send(1, 1.1, 1),   // to the first life: excused
+		1: send(13, 13.1, 1), // to the second: owed
+		2: send(14, 14.1, 2), // owed
+		3: send(10.5, 11, 2), // while no life existed: homeless
+		4: send(8, 12.5, 3),  // across the removal and the registration: straddling
+	}
+	in := func(send int, seq int64, life int, atSec float64) received {
+		r := arrival(send, seq, "s0")
+		r.life, r.at, r.asked = life, sec(atSec), sec(atSec)
+		return r
+	}
+	type want struct {
+		lost, dup, redelivered, reordered, unexpected, elsewhere int
+		owed, excused, excusedDelivered, straddling, homeless    int
+	}
+	for _, tc := range []struct {
+		name    string
+		r0      []received
+		crashes []float64
+		want    want
+	}{
+		{
+			name: "an excused send may be missing, an owed one may not",
+			r0:   []received{in(1, 1, 1, 13.2)},
+			want: want{lost: 1, owed: 2, excused: 1, straddling: 1, homeless: 1},
+		},
+		{
+			name: "each life counts its seqs from 1",
+			r0:   []received{in(0, 1, 0, 2), in(4, 3, 0, 9), in(1, 1, 1, 13.2), in(2, 2, 1, 14.2)},
+			want: want{owed: 2, excused: 1, excusedDelivered: 1, straddling: 1, homeless: 1},
+		},
+		{
+			// The old token's poll handed an envelope of the new life.
+			name: "a send of the second life at the first is elsewhere and owed still",
+			r0:   []received{in(1, 1, 0, 13.2), in(2, 2, 1, 14.2)},
+			want: want{lost: 1, unexpected: 1, elsewhere: 1, owed: 2, excused: 1, straddling: 1, homeless: 1},
+		},
+		{
+			name:    "the same envelope after the client crashed is redelivered",
+			r0:      []received{in(1, 1, 1, 13.2), in(1, 1, 1, 14.5), in(2, 2, 1, 14.5)},
+			crashes: []float64{14},
+			want:    want{redelivered: 1, owed: 2, excused: 1, straddling: 1, homeless: 1},
+		},
+		{
+			name: "the same envelope with no crash between is a duplicate",
+			r0:   []received{in(1, 1, 1, 13.2), in(1, 1, 1, 14.5), in(2, 2, 1, 14.5)},
+			want: want{dup: 1, owed: 2, excused: 1, straddling: 1, homeless: 1},
+		},
+		{
+			// A straddling send the relay gave both lives is one too many.
+			name:    "the same send at two lives is a duplicate, crash or not",
+			r0:      []received{in(4, 3, 0, 9), in(1, 1, 1, 13.2), in(2, 2, 1, 14.2), in(4, 3, 1, 14.5)},
+			crashes: []float64{14.3},
+			want:    want{dup: 1, owed: 2, excused: 1, straddling: 1, homeless: 1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &pair{idx: 0, sender: "s0", recipient: "r0", received: tc.r0, lives: []*life{
+				{removing: sec(9), removed: sec(10)},
+				{registering: sec(12), registered: sec(12.1)},
+			}}
+			for _, c := range tc.crashes {
+				p.crashes = append(p.crashes, sec(c))
+			}
+			v := check(sends, []*pair{p}, checkOpts{})
+			got := want{v.lost, v.duplicates, v.redelivered, v.reordered, v.unexpected, v.elsewhere,
+				v.owed, v.excused, v.excusedDelivered, v.straddling, v.homeless}
+			if got != tc.want {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+			if len(v.errors) > 0 {
+				t.Errorf("errors %v", v.errors)
+			}
+		})
+	}
+}

@@ -59,6 +59,11 @@ type config struct {
 	relay       relayconfig.Config
 	sourceAddrs int // loopback source addresses for the pairs' connections; 0: as needed
 
+	// faults is a fault campaign's seed; nil: no campaign.
+	faults     *uint64
+	faultKinds []string
+	faultGap   time.Duration
+
 	// command is the invocation, secrets removed, for the report.
 	command []string
 }
@@ -97,6 +102,16 @@ var envFor = map[string]string{
 	"relay-memory":  "LOAD_RELAY_MEMORY",
 	"relay-env":     "LOAD_RELAY_ENV",
 	"source-addrs":  "LOAD_SOURCE_ADDRS",
+	"faults":        "LOAD_FAULTS",
+	"fault-kinds":   "LOAD_FAULT_KINDS",
+	"fault-gap":     "LOAD_FAULT_GAP",
+}
+
+// campaignDefaults are what -faults changes of the defaults of flags not
+// given: a few relays on Postgres under a steady, modest load, with polls
+// short enough that every device comes back often.
+var campaignDefaults = map[string]string{
+	"store": "postgres", "replicas": "3", "pairs": "160", "rate": "30", "wait": "5",
 }
 
 // secret flags never reach the report.
@@ -154,6 +169,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
 	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
 	fs.IntVar(&c.sourceAddrs, "source-addrs", 0, "spread the pairs' connections over this many loopback source addresses (127.0.0.1, .2, ...); 0: as many as the ephemeral ports need")
+	fs.Var(seedFlag{&c.faults}, "faults", "run a fault campaign drawn from this seed (0 to 2^64-1): relays, a Postgres and a Redis of the stack's own killed, paused and restarted, recipients removed and registered again, clients crashed, under the load; the same seed and flags replay the same plan. Unless given, -store postgres -replicas 3 -pairs 160 -rate 30 -wait 5")
+	fs.Var((*kindList)(&c.faultKinds), "fault-kinds", "with -faults, the kinds of fault drawn, comma-separated (default every one: "+strings.Join(faultKinds, ",")+")")
+	c.faultGap = time.Second
+	fs.Var((*seconds)(&c.faultGap), "fault-gap", "with -faults, the mean time between the starts of two faults")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: loadtest [flags]\n\nEach flag also reads its LOAD_* variable (the flag wins):")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -171,6 +190,27 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, kv := range fromEnv {
+		name, _, _ := strings.Cut(kv, "=")
+		given[flagOf(name)] = true
+	}
+	if c.faults != nil {
+		for name, v := range campaignDefaults {
+			if !given[name] {
+				if err := fs.Set(name, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if given["pg"] || given["redis"] {
+			return nil, errors.New("-faults starts a Postgres and a Redis of its own, which it kills and pauses; -pg and -redis cannot be given with it")
+		}
+		if len(c.faultKinds) == 0 {
+			c.faultKinds = slices.Clone(faultKinds)
+		}
 	}
 	fromEnv = slices.DeleteFunc(fromEnv, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
@@ -231,6 +271,11 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("-crash %s: must fall inside the offered duration (0 to %s)", at, c.duration))
 		}
 	}
+	if c.faults != nil {
+		errs = append(errs, c.validateCampaign()...)
+	} else if len(c.faultKinds) > 0 {
+		errs = append(errs, errors.New("-fault-kinds needs -faults"))
+	}
 	if c.relayMemory != 0 && c.relayMemory < 16<<20 {
 		errs = append(errs, errors.New("-relay-memory must be at least 16MiB"))
 	}
@@ -289,6 +334,34 @@ func (c *config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateCampaign checks what -faults needs: a throwaway stack of several
+// relays on Postgres, and nothing else that kills or floods them.
+func (c *config) validateCampaign() []error {
+	var errs []error
+	if len(c.urls) > 0 {
+		errs = append(errs, errors.New("-faults needs a throwaway stack: it kills and pauses the relays, Postgres and Redis it started"))
+	}
+	if c.store != "" && c.store != "postgres" {
+		errs = append(errs, errors.New("-faults needs -store postgres: its relays share the store"))
+	}
+	if c.replicas < 2 {
+		errs = append(errs, errors.New("-faults needs -replicas 2 or more: it tests the relays together, through Redis"))
+	}
+	if len(c.crashes) > 0 {
+		errs = append(errs, errors.New("-crash cannot be given with -faults, which kills relays on its own plan"))
+	}
+	if c.hostile > 0 {
+		errs = append(errs, errors.New("-hostile cannot be given with -faults"))
+	}
+	if c.faultGap <= 0 {
+		errs = append(errs, errors.New("-fault-gap must be above 0"))
+	}
+	if c.duration < 5*time.Second {
+		errs = append(errs, errors.New("-faults needs -duration 5s or more: faults begin after the first second and end two seconds before the last send"))
+	}
+	return errs
 }
 
 // checkTargets refuses anything but loopback targets unless -allow-remote:
@@ -427,6 +500,50 @@ func (l *durationList) Set(v string) error {
 			return err
 		}
 		*l = append(*l, time.Duration(d))
+	}
+	return nil
+}
+
+// seedFlag is -faults: a 64-bit seed, and whether one was given at all (0
+// is a seed like any other).
+type seedFlag struct{ p **uint64 }
+
+func (f seedFlag) String() string {
+	if f.p == nil || *f.p == nil {
+		return ""
+	}
+	return strconv.FormatUint(**f.p, 10)
+}
+
+func (f seedFlag) Set(v string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q: want a seed from 0 to 2^64-1", v)
+	}
+	*f.p = &n
+	return nil
+}
+
+// kindList is -fault-kinds: fault kinds, comma-separated, each once.
+type kindList []string
+
+func (l *kindList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, ",")
+}
+
+func (l *kindList) Set(v string) error {
+	*l = nil
+	for _, k := range strings.Split(v, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(faultKinds, k) {
+			return fmt.Errorf("%q: want fault kinds among %s", k, strings.Join(faultKinds, ","))
+		}
+		if !slices.Contains(*l, k) {
+			*l = append(*l, k)
+		}
 	}
 	return nil
 }

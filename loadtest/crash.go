@@ -16,6 +16,10 @@ import (
 type window struct {
 	from, to time.Time
 	relays   []int
+	// retryableOnly: only failures a careful client retries (no answer, or
+	// 503) are put down to the window; a campaign's faults leave the
+	// relays able to answer everything else as they should.
+	retryableOnly bool
 }
 
 // crashGrace is how long after a restarted relay first answers that a
@@ -95,9 +99,13 @@ func (r *runner) openWindow(from time.Time, relays []int) int {
 }
 
 // inCrashWindow reports whether a request to relay that ran over
-// [from, to] overlaps a crash window of that relay; the caller holds mu.
-func (r *runner) inCrashWindow(relay int, from, to time.Time) bool {
+// [from, to] and failed with err overlaps a window of that relay that
+// explains err; the caller holds mu.
+func (r *runner) inCrashWindow(relay int, from, to time.Time, err error) bool {
 	for _, w := range r.windows {
+		if w.retryableOnly && !retryable(err) {
+			continue
+		}
 		if slices.Contains(w.relays, relay) && !from.After(w.to) && !to.Before(w.from) {
 			return true
 		}

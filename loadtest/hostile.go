@@ -561,7 +561,7 @@ func isTimeout(err error) bool {
 // unless a relay was down for a crash the tester caused.
 func (h *hostile) transport(ctx context.Context, kind string, relay int, from time.Time, err error) {
 	h.r.mu.Lock()
-	crash := h.r.inCrashWindow(relay, from, time.Now())
+	crash := h.r.inCrashWindow(relay, from, time.Now(), err)
 	h.r.mu.Unlock()
 	var outcome, fail string
 	switch {

@@ -79,6 +79,11 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	for _, at := range cfg.crashes {
 		rep.Config.CrashAtSeconds = append(rep.Config.CrashAtSeconds, at.Seconds())
 	}
+	if cfg.faults != nil {
+		rep.Config.Faults = strconv.FormatUint(*cfg.faults, 10)
+		rep.Config.FaultKinds = cfg.faultKinds
+		rep.Config.FaultGapSeconds = cfg.faultGap.Seconds()
+	}
 	if len(cfg.crashes) > 0 {
 		rep.Config.CrashDownSeconds = cfg.crashDown.Seconds()
 		rep.Config.CrashReplica = "all"
@@ -94,7 +99,22 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		st      *stack
 		applied int64
 		redis   *redisSampler
+		svc     *services
 	)
+	if cfg.faults != nil {
+		// Before the stack, and torn down after it: the stack's database
+		// is dropped on this Postgres.
+		logger.Info("starting the campaign's own Postgres and Redis")
+		if svc, err = startServices(ctx); err != nil {
+			return fmt.Errorf("fault campaign: %w", err)
+		}
+		defer func() {
+			if cerr := svc.close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("tear down the campaign's services: %w", cerr))
+			}
+		}()
+		logger.Info("campaign services ready", "postgres", svc.pgURL, "redis", svc.redisURL, "postgres_dir", svc.pg.dir)
+	}
 	if len(cfg.urls) == 0 {
 		bin := cfg.relayBin
 		if bin == "" {
@@ -108,7 +128,10 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 				return err
 			}
 		}
-		if cfg.replicas > 1 {
+		pg, redisURL := cfg.pg, cfg.redis
+		if svc != nil {
+			pg, redisURL = svc.pgURL, svc.redisURL
+		} else if cfg.replicas > 1 {
 			// Sampled before the relays start: the server's other clients
 			// are the baseline.
 			if redis, err = newRedisSampler(ctx, cfg.redis); err != nil {
@@ -116,7 +139,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			}
 		}
 		st, err = bootStack(ctx, stackParams{
-			bin: bin, store: cfg.store, pg: cfg.pg, replicas: cfg.replicas, redis: cfg.redis, wait: cfg.wait,
+			bin: bin, store: cfg.store, pg: pg, replicas: cfg.replicas, redis: redisURL, wait: cfg.wait,
 			env: cfg.relayEnv, memory: cfg.relayMemory,
 			// A herd waits for the relays to say they hold every poll.
 			metrics: cfg.herd,
@@ -176,6 +199,10 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	r.heldURLs = cfg.metricsURLs
 	if st != nil {
 		r.stack = st
+		if svc != nil {
+			r.campaign = newCampaign(cfg, st.replicas(), svc)
+			r.campaign.announce(logger)
+		}
 		if cfg.herd {
 			r.heldURLs = nil
 			for i := range st.replicas() {
@@ -225,6 +252,9 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	fmt.Fprintln(stdout, rep.Line())
 	for _, f := range rep.Failures {
 		logger.Error("check failed", "failure", f)
+	}
+	if c := rep.Campaign; c != nil && !rep.OK {
+		logger.Error("replay this campaign", "seed", c.Seed, "command", c.Replay)
 	}
 	if cfg.out != "" {
 		if err := report.Write(cfg.out, rep); err != nil {
@@ -328,25 +358,133 @@ type received struct {
 	// a kill may bring what the killed relay wrote, read after the kill.
 	asked   time.Time
 	payload bool // the payload is the one sent under id
+	life    int  // the recipient's registration (index into lives) that polled
 }
 
 type pair struct {
-	idx          int
-	sender       string
-	recipient    string
-	senderTok    string
-	recipientTok string
+	idx       int
+	household string
+	sender    string
+	recipient string
+	senderTok string
 	// sendClient speaks as the sender to relay sendRelay (its index among
-	// the targets), pollClient as the recipient to relay pollRelay.
+	// the targets); the recipient's lives poll relay pollRelay.
 	sendClient *client.Client
-	pollClient *client.Client
 	sendRelay  int
 	pollRelay  int
 
+	// lives are the recipient's registrations, oldest first: a campaign's
+	// removal ends one, and a registration with a fresh token begins the
+	// next. Without -faults there is one. Guarded by the runner's mu.
+	lives []*life
+	// nextLife is closed when a life begins; guarded by mu.
+	nextLife chan struct{}
+	// crashes are when the recipient's client crashed and lost its place;
+	// guarded by mu.
+	crashes []time.Time
+	// crash arms a client crash, the value its down time; nil without
+	// -faults.
+	crash chan time.Duration
+
 	// Owned by the recipient's goroutine while the run lasts, then read by
 	// the checks.
-	cursor   int64
-	received []received
+	cursor int64
+	// polled is the life the cursor belongs to; lostPlace, that a crash
+	// lost it and the next poll asks the relay.
+	polled    int
+	lostPlace bool
+	received  []received
+}
+
+// life is one registration of a pair's recipient, with a token of its
+// own. Sends to it are judged by when they ran: one that overlapped only
+// a life never removed must arrive exactly once.
+type life struct {
+	token  string
+	client *client.Client
+	// registering and registered bound the registration that began it
+	// (zero for the first, which precedes every send); removing and
+	// removed bound the removal that ended it (zero while it lasts).
+	registering, registered time.Time
+	removing, removed       time.Time
+	cursor                  int64 // where its registration put the cursor
+	// ctx ends when the next life begins, and with it the old token's
+	// polls.
+	ctx context.Context
+	end context.CancelFunc
+}
+
+func newLife(token string, c *client.Client) *life {
+	l := &life{token: token, client: c}
+	l.ctx, l.end = context.WithCancel(context.Background())
+	return l
+}
+
+// mayHold reports whether a send that ran over [rec.started, rec.answered]
+// may have been stored for this life: the send and the life overlap.
+func (l *life) mayHold(rec sendRecord) bool {
+	return (l.removed.IsZero() || !rec.started.After(l.removed)) && !rec.answered.Before(l.registering)
+}
+
+// ended reports whether a removal of the life has begun.
+func (l *life) ended() bool { return !l.removing.IsZero() }
+
+// fate is what the checks expect of an accepted send, from the lives it
+// overlapped.
+type fate int
+
+const (
+	// owed: it overlapped only a life never removed, so it must arrive
+	// exactly once.
+	owed fate = iota
+	// excused: every life it overlapped was removed, and its envelope may
+	// have gone with it.
+	excused
+	// straddling: it overlapped a removed life and the one after, which
+	// the relay may have stored it for; it is not owed.
+	straddling
+	// homeless: no life existed while it ran, yet the relay accepted it.
+	homeless
+)
+
+// fateOf is rec's fate among lives; the caller holds mu while they may
+// change. No lives (the check tests' pairs) is one life never removed.
+func fateOf(rec sendRecord, lives []*life) fate {
+	var live, gone int
+	for _, l := range lives {
+		if !l.mayHold(rec) {
+			continue
+		}
+		if l.ended() {
+			gone++
+		} else {
+			live++
+		}
+	}
+	switch {
+	case len(lives) == 0 || live > 0 && gone == 0:
+		return owed
+	case live > 0:
+		return straddling
+	case gone > 0:
+		return excused
+	default:
+		return homeless
+	}
+}
+
+// absentDuring reports whether the recipient was removed, and not yet
+// registered again, at some time in [from, to]; the caller holds mu.
+func (p *pair) absentDuring(from, to time.Time) bool {
+	for i, l := range p.lives {
+		if !l.ended() || to.Before(l.removing) {
+			continue
+		}
+		if i+1 == len(p.lives) || !from.After(p.lives[i+1].registered) {
+			return true
+		}
+	}
+	return false
 }
 
 // runner holds one run's state.
@@ -369,8 +507,15 @@ type runner struct {
 	// stack is the throwaway stack, which -crash kills and restarts; nil
 	// against a relay this tester did not start.
 	stack *stack
+	// campaign is the -faults campaign; nil without one.
+	campaign *campaign
+	// opts are the clients' options, exp the tokens' expiry.
+	opts []client.Option
+	exp  time.Time
 	// giveUp ends a careful sender's retries: the end of the drain.
 	giveUp time.Time
+	// start is the first scheduled send.
+	start time.Time
 
 	mu       sync.Mutex
 	sends    []sendRecord
@@ -392,6 +537,9 @@ type runner struct {
 type counts struct {
 	started, accepted, delivered, late int
 	refused, errors, retried           map[string]int
+	// removal are answers a campaign's removal explains, by kind: sends
+	// to the removed device, its old token's polls and acks.
+	removal map[string]int
 	// householdRefused are the load's own sends refused by their
 	// household's limit, which no pair's modest rate should reach.
 	householdRefused int
@@ -413,27 +561,17 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 		meter:   meter,
 		tag:     randomHex(4),
 		key:     key,
-		counts:  counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}},
+		counts:  counts{refused: map[string]int{}, errors: map[string]int{}, retried: map[string]int{}, removal: map[string]int{}},
+		// One client per token, all on hc: a client is a few fields, the
+		// connections are hc's.
+		opts: []client.Option{client.WithHTTPClient(hc), client.WithCodec(codec(cfg.codec))},
+		exp:  time.Now().Add(time.Duration(cfg.wait)*time.Second + cfg.duration + cfg.drain + time.Hour),
 	}
-	// One client per token, all on hc: a client is a few fields, the
-	// connections are hc's.
-	opts := []client.Option{client.WithHTTPClient(hc), client.WithCodec(codec(cfg.codec))}
 	// Each pair is a household of its own, two devices, as a family's
 	// phone and laptop would be: a relay's per-household limits then see
 	// what they would see in the field, not one household sending
 	// everything.
 	households := "lt-" + time.Now().UTC().Format("20060102T150405") + "-" + r.tag + "-"
-	exp := time.Now().Add(time.Duration(cfg.wait)*time.Second + cfg.duration + cfg.drain + time.Hour)
-	mint := func(household, device string) string {
-		tok, err := token.Mint(key, token.Claims{
-			Household: household, Device: device, Expires: exp,
-			IssuedAt: time.Now(), Scope: token.ScopeDevice,
-		})
-		if err != nil {
-			panic(err) // only on empty claims, which cannot happen here
-		}
-		return tok
-	}
 	n := len(urls)
 	for k := range cfg.pairs {
 		p := &pair{
@@ -445,19 +583,50 @@ func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMe
 			pollRelay: k % n,
 			sendRelay: (k + 1) % n,
 		}
-		household := households + strconv.Itoa(k)
-		p.senderTok, p.recipientTok = mint(household, p.sender), mint(household, p.recipient)
+		p.household = households + strconv.Itoa(k)
+		p.senderTok = r.mint(p.household, p.sender, token.ScopeDevice, time.Now())
 		var err error
-		if p.sendClient, err = client.New(urls[p.sendRelay], p.senderTok, opts...); err != nil {
+		if p.sendClient, err = client.New(urls[p.sendRelay], p.senderTok, r.opts...); err != nil {
 			return nil, err
 		}
-		if p.pollClient, err = client.New(urls[p.pollRelay], p.recipientTok, opts...); err != nil {
+		tok := r.mint(p.household, p.recipient, token.ScopeDevice, time.Now())
+		c, err := client.New(urls[p.pollRelay], tok, r.opts...)
+		if err != nil {
 			return nil, err
 		}
+		p.lives = []*life{newLife(tok, c)}
+		p.nextLife = make(chan struct{})
 		r.pairs = append(r.pairs, p)
 	}
 	r.order = rand.Perm(cfg.pairs)
+	if cfg.faults != nil {
+		// The campaign's seed picks the order too, so that a replay
+		// offers the same sends to the same pairs at the same times.
+		r.order = rand.New(rand.NewPCG(*cfg.faults, seedOrder)).Perm(cfg.pairs)
+		for _, p := range r.pairs {
+			p.crash = make(chan time.Duration, 1)
+		}
+	}
 	return r, nil
+}
+
+// mint issues a token of this run's issuer.
+func (r *runner) mint(household, device, scope string, issued time.Time) string {
+	tok, err := token.Mint(r.key, token.Claims{
+		Household: household, Device: device, Expires: r.exp,
+		IssuedAt: issued, Scope: scope,
+	})
+	if err != nil {
+		panic(err) // only on empty claims, which cannot happen here
+	}
+	return tok
+}
+
+// current is the recipient's latest life and its index.
+func (r *runner) current(p *pair) (*life, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return p.lives[len(p.lives)-1], len(p.lives) - 1
 }
 
 func (r *runner) closeIdle() { r.tr.CloseIdleConnections() }
@@ -504,6 +673,8 @@ type result struct {
 	herdHeld    time.Duration
 
 	householdRefused int
+	removal          map[string]int
+	campaign         *report.Campaign
 	crashes          []report.Crash
 	kills            []time.Time
 	acked            []time.Time
@@ -554,7 +725,7 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		sched.start = t0.Add(herdHeld)
 	}
 	end := sched.start.Add(r.cfg.duration)
-	r.giveUp = end.Add(r.cfg.drain)
+	r.start, r.giveUp = sched.start, end.Add(r.cfg.drain)
 	for i := range r.sends {
 		r.sends[i].pair = r.order[i%len(r.order)]
 		r.sends[i].scheduled = sched.at(i)
@@ -589,6 +760,9 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	var crashes sync.WaitGroup
 	if len(r.cfg.crashes) > 0 && r.stack != nil {
 		crashes.Go(func() { r.crashLoop(ctx, sched.start) })
+	}
+	if r.campaign != nil {
+		crashes.Go(func() { r.campaignLoop(ctx, sched.start) })
 	}
 	var h *hostile
 	hctx, stopHostile := context.WithCancel(ctx)
@@ -675,14 +849,36 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	res.crashes = r.crashes
 	res.kills = r.kills
 	res.acked = r.acked
+	res.removal = r.counts.removal
+	if c := r.campaign; c != nil {
+		crashes := 0
+		for _, p := range r.pairs {
+			crashes += len(p.crashes)
+			for _, l := range p.lives {
+				l.end()
+			}
+		}
+		res.campaign = c.summary(crashes)
+	}
 	res.steady = steadyState(r.samples, sched.start, end)
 	return res, nil
 }
 
+// owed is how many accepted sends have not arrived and must: in a
+// campaign, those to a life that was never removed.
 func (r *runner) owed() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pending
+	if r.campaign == nil {
+		return r.pending
+	}
+	n := 0
+	for _, rec := range r.sends {
+		if rec.outcome == accepted && rec.delivered == 0 && fateOf(rec, r.pairs[rec.pair].lives) == owed {
+			n++
+		}
+	}
+	return n
 }
 
 // register creates every recipient, a few at a time. Senders need no
@@ -724,9 +920,14 @@ func (r *runner) registerOne(ctx context.Context, p *pair) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		resp, err := p.pollClient.Register(ctx)
+		l := p.lives[0]
+		began := time.Now()
+		resp, err := l.client.Register(ctx)
 		if err == nil {
-			p.cursor = resp.Cursor
+			p.cursor, l.cursor = resp.Cursor, resp.Cursor
+			r.mu.Lock()
+			l.registering, l.registered = began, time.Now()
+			r.mu.Unlock()
 			return nil
 		}
 		var se *client.Error
@@ -751,11 +952,11 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	}
 	r.mu.Unlock()
 
-	// With -crash the sender is a careful client: a send that got no
-	// definitive answer (none at all, or 503) goes again with the same id,
-	// so that one the relay committed just before it died is answered, not
-	// left in doubt.
-	careful := len(r.cfg.crashes) > 0
+	// With -crash or -faults the sender is a careful client: a send that
+	// got no definitive answer (none at all, or 503) goes again with the
+	// same id, so that one the relay committed just before it died is
+	// answered, not left in doubt.
+	careful := len(r.cfg.crashes) > 0 || r.campaign != nil
 	var resp client.SendResult
 	var err error
 	from := started
@@ -792,6 +993,11 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 		}
 	case ctx.Err() != nil:
 		rec.outcome = unknown
+	case errors.As(err, &se) && se.Status == http.StatusNotFound && se.Code == "unknown_device" && p.absentDuring(from, answered):
+		// The recipient was removed meanwhile: the answer the protocol
+		// gives.
+		rec.outcome = failed
+		r.counts.removal["send "+kind(se)]++
 	case errors.As(err, &se) && turnedAway(se):
 		rec.outcome = refused
 		r.failureLocked("send", p.sendRelay, err, from, answered)
@@ -840,10 +1046,21 @@ func (r *runner) heldAfter(ctx context.Context) int {
 	return int(most)
 }
 
-// pollOnce makes one poll and records what it returned. It reports
-// whether the relay has more waiting. With -ack explicit it polls without
-// a cursor and acknowledges what it received with POST /v1/ack.
+// pollOnce makes one poll with the recipient's latest life and records
+// what it returned. It reports whether the relay has more waiting. With
+// -ack explicit it polls without a cursor and acknowledges what it
+// received with POST /v1/ack.
 func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, err error) {
+	l, li := r.current(p)
+	if li != p.polled {
+		// A new registration starts over where it says.
+		p.polled, p.cursor, p.lostPlace = li, l.cursor, false
+	}
+	// The next life's beginning ends this one's poll, as a client given a
+	// new token would stop using the old.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
 	held := r.held.Add(1)
 	for {
 		peak := r.peak.Load()
@@ -852,21 +1069,28 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 		}
 	}
 	// With explicit acks the poll leaves the cursor out, so the relay
-	// answers from the cursor it has stored.
-	q := client.PollQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit", Wait: wait}
+	// answers from the cursor it has stored; so does a client that lost
+	// its place.
+	q := client.PollQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit" || p.lostPlace, Wait: wait}
 	from := time.Now()
-	resp, err := p.pollClient.Poll(ctx, q)
+	resp, err := l.client.Poll(ctx, q)
 	r.held.Add(-1)
 	at := time.Now()
 	if err == nil {
-		r.record(p, resp, from, at)
-		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 {
-			r.ack(ctx, p, resp.Cursor)
+		r.record(p, li, resp, from, at)
+		p.lostPlace = false
+		crashed := len(resp.Envelopes) > 0 && r.crashClient(ctx, p)
+		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 && !crashed {
+			r.ack(ctx, p, l, resp.Cursor)
 		}
 		return resp.More, nil
 	}
 	if ctx.Err() != nil {
 		return false, ctx.Err()
+	}
+	if r.removalAnswer(l, "poll", err, at) {
+		r.awaitLife(ctx, p, li)
+		return false, err
 	}
 	r.failure("poll", p.pollRelay, err, from, at)
 	var se *client.Error
@@ -885,17 +1109,18 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 
 // ack acknowledges up to cursor, again and again while no definitive
 // answer comes, as a client that must not lose its place would.
-func (r *runner) ack(ctx context.Context, p *pair, cursor int64) {
+func (r *runner) ack(ctx context.Context, p *pair, l *life, cursor int64) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		from := time.Now()
-		err := p.pollClient.Ack(ctx, cursor)
+		err := l.client.Ack(ctx, cursor)
 		if err == nil {
 			r.mu.Lock()
 			r.acked = append(r.acked, time.Now())
+			r.staleAnswerLocked(p, l, "ack", p.pollRelay, from)
 			r.mu.Unlock()
 			return
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.removalAnswer(l, "ack", err, time.Now()) {
 			return
 		}
 		r.failure("ack", p.pollRelay, err, from, time.Now())
@@ -918,7 +1143,7 @@ func (r *runner) failure(op string, relay int, err error, from, to time.Time) {
 func (r *runner) failureLocked(op string, relay int, err error, from, to time.Time) {
 	var se *client.Error
 	switch {
-	case r.inCrashWindow(relay, from, to):
+	case r.inCrashWindow(relay, from, to, err):
 		r.counts.retried[errKind(op, err)]++
 	case errors.As(err, &se) && turnedAway(se):
 		r.counts.refused[op+" "+kind(se)]++
@@ -930,13 +1155,15 @@ func (r *runner) failureLocked(op string, relay int, err error, from, to time.Ti
 	}
 }
 
-// record keeps what a poll returned. Only the recipient's goroutine calls
-// it, so p needs no lock; the shared tallies do.
-func (r *runner) record(p *pair, resp client.PollResult, asked, at time.Time) {
+// record keeps what a poll of life li returned. Only the recipient's
+// goroutine calls it, so p's own fields need no lock; the shared tallies
+// do.
+func (r *runner) record(p *pair, li int, resp client.PollResult, asked, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.staleAnswerLocked(p, p.lives[li], "poll", p.pollRelay, asked)
 	for _, e := range resp.Envelopes {
-		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at, asked: asked}
+		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at, asked: asked, life: li}
 		if got.send >= 0 {
 			rec := &r.sends[got.send]
 			got.payload = string(e.Payload) == string(payload(e.ID, r.cfg.payload))

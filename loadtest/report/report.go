@@ -100,6 +100,64 @@ type Report struct {
 	Hostile *Hostile `json:"hostile,omitempty"`
 	Memory  *Memory  `json:"memory_limit,omitempty"`
 	Redis   *Redis   `json:"redis,omitempty"`
+	// Campaign is a -faults run's campaign.
+	Campaign *Campaign `json:"campaign,omitempty"`
+}
+
+// Campaign is a fault campaign: the faults a seed planned and what became
+// of them, and what the checks found beyond the delivery figures.
+type Campaign struct {
+	// Seed drew the plan (a string: JSON numbers lose 64-bit seeds).
+	Seed string `json:"seed"`
+	// Replay is the command that runs the same campaign again.
+	Replay string  `json:"replay"`
+	Faults []Fault `json:"faults"`
+	// Removals are the planned removals of recipients, each followed by a
+	// registration with a fresh token.
+	Removals int `json:"removals"`
+	// ClientCrashes are recipients' clients that crashed before
+	// acknowledging what they had received; what the relay handed them
+	// again is counted in the report's redelivered, not as duplicates.
+	ClientCrashes int `json:"client_crashes"`
+	// Owed are accepted sends that overlapped only a registration never
+	// removed: each must arrive exactly once. Excused overlapped only
+	// removed ones, and may have gone with them; ExcusedDelivered of those
+	// arrived all the same. Straddling overlapped a removal and the
+	// registration after it; they are not owed.
+	Owed             int `json:"owed"`
+	Excused          int `json:"excused"`
+	ExcusedDelivered int `json:"excused_delivered"`
+	Straddling       int `json:"straddling"`
+	// RemovalAnswers are answers a removal explains, by kind: sends to the
+	// removed device (404 unknown_device), its old token's polls and acks
+	// (401).
+	RemovalAnswers map[string]int `json:"removal_answers,omitempty"`
+	// StaleChecks are the answers to the old token's poll and ack at
+	// another relay after each removal, and the directory reads before
+	// each registration, by kind.
+	StaleChecks map[string]int `json:"stale_checks,omitempty"`
+	// Violations are broken promises beyond the delivery counts, by kind;
+	// Examples say where, the first few of each.
+	Violations map[string]int `json:"violations,omitempty"`
+	Examples   []string       `json:"examples,omitempty"`
+}
+
+// Fault is one planned fault and what became of it.
+type Fault struct {
+	// AtSeconds is when the plan put it, after the first scheduled send.
+	AtSeconds float64 `json:"at_seconds"`
+	Kind      string  `json:"kind"`
+	// Target is the relay, or the pair whose recipient; -1 for Postgres
+	// and Redis.
+	Target int     `json:"target"`
+	HoldMS float64 `json:"hold_ms"`
+	// Plan is the fault as the tester printed it.
+	Plan string `json:"plan"`
+	// StartedSeconds and HealedSeconds are when it began and when its
+	// target answered again (a removal: when it registered again).
+	StartedSeconds float64 `json:"started_seconds"`
+	HealedSeconds  float64 `json:"healed_seconds"`
+	Error          string  `json:"error,omitempty"`
 }
 
 // Crash is one crash of the relay the tester caused: SIGKILL, then a
@@ -241,13 +299,19 @@ type Config struct {
 	// SourceAddresses is how many loopback source addresses the pairs'
 	// connections were spread over.
 	SourceAddresses int `json:"source_addresses,omitempty"`
+	// Faults is a fault campaign's seed; FaultKinds the kinds it drew
+	// from, FaultGapSeconds the mean time between faults.
+	Faults          string   `json:"faults,omitempty"`
+	FaultKinds      []string `json:"fault_kinds,omitempty"`
+	FaultGapSeconds float64  `json:"fault_gap_seconds,omitempty"`
 }
 
-// Plain reports whether c is an ordinary run: no crash, no hostile load, no
-// memory cap, no relay settings changed, acknowledgements by cursor. Only
-// plain runs stand beside each other in the comparison tables.
+// Plain reports whether c is an ordinary run: no crash or fault campaign,
+// no hostile load, no memory cap, no relay settings changed,
+// acknowledgements by cursor. Only plain runs stand beside each other in
+// the comparison tables.
 func (c Config) Plain() bool {
-	return len(c.CrashAtSeconds) == 0 && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
+	return len(c.CrashAtSeconds) == 0 && c.Faults == "" && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
 		len(c.RelayEnv) == 0 && (c.AckMode == "" || c.AckMode == "cursor")
 }
 
@@ -370,6 +434,10 @@ func (r *Report) Line() string {
 	}
 	if len(r.Crashes) > 0 {
 		fmt.Fprintf(&b, " crashes=%d", len(r.Crashes))
+	}
+	if c := r.Campaign; c != nil {
+		fmt.Fprintf(&b, " seed=%s faults=%d removals=%d owed=%d excused=%d violations=%d",
+			c.Seed, len(c.Faults), c.Removals, c.Owed, c.Excused, sum(c.Violations))
 	}
 	if h := r.Hostile; h != nil {
 		fmt.Fprintf(&b, " hostile=%d requests, %d failed", h.Requests, sum(h.Failures))

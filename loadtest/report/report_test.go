@@ -92,6 +92,7 @@ func TestPlain(t *testing.T) {
 		{"cursor acks", Config{AckMode: "cursor"}, true},
 		{"explicit acks", Config{AckMode: "explicit"}, false},
 		{"crash", Config{CrashAtSeconds: []float64{20}}, false},
+		{"fault campaign", Config{Faults: "0"}, false},
 		{"hostile", Config{Hostile: 1}, false},
 		{"memory cap", Config{RelayMemoryBytes: 1 << 28}, false},
 		{"relay settings", Config{RelayEnv: []string{"FN_ACK_INTERVAL=1s"}}, false},
