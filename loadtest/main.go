@@ -7,6 +7,13 @@
 // throwaway stack; with -url it targets a running one (loopback only unless
 // -allow-remote). It prints one summary line, writes a JSON report with
 // -out, and exits 1 on any loss, duplicate, reordering or unexpected error.
+//
+//	go run ./loadtest -faults 7
+//
+// runs a fault campaign drawn from seed 7: relays, and a Postgres and a
+// Redis of the tester's own, killed, paused and restarted under the load,
+// with devices removed and registered again (docs/CAPACITY.md, "Fault
+// campaign").
 package main
 
 import (
