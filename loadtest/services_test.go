@@ -123,4 +123,3 @@ func TestCampaignServices(t *testing.T) {
 		}
 	}
 }
-
