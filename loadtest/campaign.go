@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -90,7 +91,7 @@ type fault struct {
 }
 
 func (f fault) String() string {
-	s := fmt.Sprintf("%8.3fs %-12s", f.At.Seconds(), f.Kind)
+	s := fmt.Sprintf("%.3fs %-12s", f.At.Seconds(), f.Kind)
 	switch f.Kind {
 	case faultRelayKill, faultRelayPause:
 		s += fmt.Sprintf(" relay %d", f.Target)
@@ -128,11 +129,11 @@ type planParams struct {
 
 // planFaults draws a campaign: faults start a mean gap apart (exponential
 // gaps), each of a kind (as often as its weight), target and hold drawn
-// from the seed. A fault
-// whose component is still busy with the one before waits for it; one
-// that would not be over two seconds before the sends end is left out, so
-// that the drain sees a healed stack. Every draw is made whether or not
-// the fault is kept, so that the plan depends on nothing else.
+// from the seed. A fault whose component is still busy with the one
+// before waits for it; one that would not be over two seconds before the
+// sends end is left out, so that the drain sees a healed stack. Every
+// draw is made whether or not the fault is kept, so that the plan
+// depends on nothing else.
 func planFaults(p planParams) []fault {
 	rng := rand.New(rand.NewPCG(p.seed, seedPlan))
 	var bag []string // each kind as often as its weight
@@ -196,7 +197,7 @@ func newCampaign(cfg *config, replicas int, svc *services) *campaign {
 		results: make([]report.Fault, len(plan)), violations: map[string]int{}, stale: map[string]int{}}
 	for i, f := range plan {
 		c.results[i] = report.Fault{AtSeconds: round3(f.At.Seconds()), Kind: f.Kind, Target: f.Target,
-			HoldMS: float64(f.Hold.Milliseconds()), Plan: strings.TrimSpace(f.String())}
+			HoldMS: float64(f.Hold.Milliseconds()), Plan: f.String()}
 	}
 	return c
 }
@@ -222,10 +223,10 @@ func replayCommand(command []string) string {
 }
 
 // announce prints the seed and the plan, so that any run can be replayed.
-func (c *campaign) announce(logger interface{ Info(string, ...any) }) {
+func (c *campaign) announce(logger *slog.Logger) {
 	logger.Info("fault campaign", "seed", c.seed, "faults", len(c.plan), "replay", c.replay)
 	for _, f := range c.plan {
-		logger.Info("planned fault", "fault", strings.TrimSpace(f.String()))
+		logger.Info("planned fault", "fault", f.String())
 	}
 }
 
@@ -330,7 +331,7 @@ func (r *runner) inflict(ctx context.Context, start time.Time, i int) {
 	f := r.campaign.plan[i]
 	sv := r.campaign.svc
 	began := time.Now()
-	r.logger.Info("fault", "fault", strings.TrimSpace(f.String()))
+	r.logger.Info("fault", "fault", f.String())
 	var healed time.Time
 	var err error
 	switch f.Kind {
@@ -371,7 +372,7 @@ func (r *runner) inflict(ctx context.Context, start time.Time, i int) {
 		healed = began
 	}
 	if err != nil && ctx.Err() == nil {
-		r.logger.Error("fault", "fault", strings.TrimSpace(f.String()), "err", err)
+		r.logger.Error("fault", "fault", f.String(), "err", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
