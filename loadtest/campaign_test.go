@@ -192,3 +192,38 @@ func notices(log string, n int) string {
 	}
 	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
+
+// TestStaleAnswer: another relay may accept a removed device's old token
+// until the removal can have reached it, staleGrace after the 204 or
+// longer while a fault of that relay, Postgres or Redis delays the news;
+// after that, accepting it is a violation.
+func TestStaleAnswer(t *testing.T) {
+	r := testRunner(t, []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, 1)
+	r.campaign = &campaign{violations: map[string]int{}, stale: map[string]int{}}
+	removed := time.Now()
+	r.start = removed.Add(-10 * time.Second)
+	p := r.pairs[0]
+	l := p.lives[0]
+	l.removing, l.removed = removed.Add(-time.Millisecond), removed
+	// Relay 1 was paused from 1 s to 3 s after the removal.
+	r.windows = []window{{from: removed.Add(time.Second), to: removed.Add(3 * time.Second), relays: []int{1}, retryableOnly: true}}
+	for _, tc := range []struct {
+		name     string
+		relay    int
+		after    time.Duration
+		violates bool
+	}{
+		{"before the removal's answer", 0, -time.Millisecond, false},
+		{"just after, at a relay that has not heard", 0, 500 * time.Millisecond, false},
+		{"a second later with wake-ups flowing", 0, 2 * time.Second, true},
+		{"while the relay was paused", 1, 2 * time.Second, false},
+		{"within a second of the pause's end", 1, 3500 * time.Millisecond, false},
+		{"over a second after it", 1, 4500 * time.Millisecond, true},
+	} {
+		r.campaign.violations = map[string]int{}
+		r.staleAnswerLocked(p, l, "poll", tc.relay, removed.Add(tc.after))
+		if got := len(r.campaign.violations) > 0; got != tc.violates {
+			t.Errorf("%s: violation %v, want %v (%v)", tc.name, got, tc.violates, r.campaign.examples)
+		}
+	}
+}

@@ -113,6 +113,18 @@ func (r *runner) inCrashWindow(relay int, from, to time.Time, err error) bool {
 	return false
 }
 
+// windowsEnd is the latest end of the windows of relay that overlap
+// [from, to], or from when none does; the caller holds mu.
+func (r *runner) windowsEnd(relay int, from, to time.Time) time.Time {
+	end := from
+	for _, w := range r.windows {
+		if slices.Contains(w.relays, relay) && !from.After(w.to) && !to.Before(w.from) && w.to.After(end) {
+			end = w.to
+		}
+	}
+	return end
+}
+
 // countBetween counts the times in (from, to].
 func countBetween(times []time.Time, from, to time.Time) int {
 	n := 0

@@ -130,7 +130,9 @@ type Campaign struct {
 	Straddling       int `json:"straddling"`
 	// RemovalAnswers are answers a removal explains, by kind: sends to the
 	// removed device (404 unknown_device), its old token's polls and acks
-	// (401).
+	// (401), and those a relay accepted before the removal can have
+	// reached it (within a second of the removal's 204, or of the end of
+	// a fault that delayed the news), as PROTOCOL.md allows.
 	RemovalAnswers map[string]int `json:"removal_answers,omitempty"`
 	// StaleChecks are the answers to the old token's poll and ack at
 	// another relay after each removal, and the directory reads before
