@@ -22,9 +22,8 @@ import (
 
 // service is a server process a fault campaign owns: Postgres or Redis,
 // started by this tool on a free loopback port in a temp dir, never the
-// machine's own. It runs in a process group of its own, so that a kill or
-// a pause reaches every process it has (Postgres has one per connection),
-// and only those.
+// machine's own. A kill or a pause reaches every process it has (Postgres
+// has one per connection), and only those.
 type service struct {
 	name    string
 	argv    []string
@@ -56,7 +55,8 @@ func (s *service) start(ctx context.Context) error {
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// SIGKILL when this tool dies, however: a throwaway server must not
-	// outlive its campaign.
+	// outlive its campaign. A process group of its own keeps Ctrl-C at the
+	// terminal to this tool, which tears down in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
@@ -89,8 +89,8 @@ func (s *service) start(ctx context.Context) error {
 	}
 }
 
-// group is the running server's process group, or 0.
-func (s *service) group() (int, chan struct{}) {
+// leader is the running server's first process, or 0.
+func (s *service) leader() (int, chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -99,47 +99,71 @@ func (s *service) group() (int, chan struct{}) {
 	return s.cmd.Process.Pid, s.done
 }
 
-// signal sends sig to the server's process group.
-func (s *service) signal(sig syscall.Signal) error {
-	pgid, _ := s.group()
-	// Never a group this tool did not make: 0 or 1 would reach far more.
-	if pgid <= 1 || pgid == syscall.Getpgrp() {
-		return fmt.Errorf("%s is not running", s.name)
+// signal sends sig to every process of the server, its children first,
+// and returns them all. Postgres makes each child (every backend) the
+// leader of a session of its own, so neither a process group nor a
+// session holds them: they are the leader's children in /proc. The
+// leader is stopped first, so that it starts no child meanwhile, and
+// since a stopped parent reaps nothing, no pid listed can be reused by
+// another process before it is signalled.
+func (s *service) signal(sig syscall.Signal) ([]int, error) {
+	pid, _ := s.leader()
+	// Never a process this tool did not start: 0 or -1 would reach many.
+	if pid <= 1 {
+		return nil, fmt.Errorf("%s is not running", s.name)
 	}
-	if err := syscall.Kill(-pgid, sig); err != nil {
-		return fmt.Errorf("signal %s: %w", s.name, err)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("signal %s: %w", s.name, err)
 	}
-	return nil
+	procs := children(pid)
+	for _, c := range procs {
+		_ = syscall.Kill(c, sig) // one that has just exited needs nothing
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return nil, fmt.Errorf("signal %s: %w", s.name, err)
+	}
+	return append(procs, pid), nil
 }
 
-func (s *service) pause() error  { return s.signal(syscall.SIGSTOP) }
-func (s *service) resume() error { return s.signal(syscall.SIGCONT) }
+func (s *service) pause() error {
+	_, err := s.signal(syscall.SIGSTOP)
+	return err
+}
+
+func (s *service) resume() error {
+	_, err := s.signal(syscall.SIGCONT)
+	return err
+}
 
 // kill ends every process of the server with SIGKILL, as a crash of its
 // machine would, and returns once none is left: a Postgres started again
 // while a backend of the old one lives refuses to start.
 func (s *service) kill() error {
-	pgid, done := s.group()
-	if err := s.signal(syscall.SIGKILL); err != nil {
+	_, done := s.leader()
+	procs, err := s.signal(syscall.SIGKILL)
+	if err != nil {
 		return err
 	}
 	<-done
 	s.mu.Lock()
 	s.cmd = nil
 	s.mu.Unlock()
-	return awaitGroupGone(pgid, 10*time.Second)
+	return awaitGone(procs, 10*time.Second)
 }
 
 // stop asks the server to exit, and kills it if it does not in time. It is
 // safe to call when the server is not running.
 func (s *service) stop() error {
-	pgid, done := s.group()
-	if pgid == 0 {
+	pid, done := s.leader()
+	if pid == 0 {
 		return nil
 	}
-	_ = s.signal(syscall.SIGCONT) // a paused server hears nothing else
-	// To the leader only: Postgres's postmaster tells its backends.
-	if err := syscall.Kill(pgid, s.stopSig); err != nil {
+	procs, err := s.signal(syscall.SIGCONT) // a paused server hears nothing else
+	if err != nil {
+		return err
+	}
+	// To the leader only: Postgres's postmaster ends its children.
+	if err := syscall.Kill(pid, s.stopSig); err != nil {
 		return fmt.Errorf("signal %s: %w", s.name, err)
 	}
 	t := time.NewTimer(15 * time.Second)
@@ -152,58 +176,70 @@ func (s *service) stop() error {
 	s.mu.Lock()
 	s.cmd = nil
 	s.mu.Unlock()
-	return awaitGroupGone(pgid, 10*time.Second)
+	return awaitGone(procs, 10*time.Second)
 }
 
-// awaitGroupGone waits until no live process is left in process group
-// pgid. Zombies do not count: they hold no port and no shared memory.
-func awaitGroupGone(pgid int, limit time.Duration) error {
+// awaitGone waits until none of procs lives. Zombies do not count: they
+// hold no port and no shared memory.
+func awaitGone(procs []int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	for groupAlive(pgid) {
+	for slices.ContainsFunc(procs, alive) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes of group %d still alive after %s", pgid, limit)
+			return fmt.Errorf("processes %v still alive after %s", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !alive(p) }), limit)
 		}
-		// The processes are not this tool's children: nothing to wait on.
+		// Orphans of the killed leader, not this tool's children: nothing
+		// to wait on.
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
 }
 
-// groupAlive reports whether a process of group pgid lives, from /proc.
-func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return false
 	}
+	state, _, ok := procStat(string(b))
+	return ok && state != "Z" && state != "X"
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}
-		state, group, ok := statGroup(string(b))
-		if ok && group == pgid && state != "Z" && state != "X" {
-			return true
+		if _, parent, ok := procStat(string(b)); ok && parent == pid {
+			out = append(out, child)
 		}
 	}
-	return false
+	return out
 }
 
-// statGroup reads the state and process group from a /proc/<pid>/stat
-// line: "pid (comm) state ppid pgrp ...", where comm may hold anything.
-func statGroup(stat string) (state string, pgrp int, ok bool) {
+// procStat reads the state and parent from a /proc/<pid>/stat line:
+// "pid (comm) state ppid ...", where comm may hold anything.
+func procStat(stat string) (state string, ppid int, ok bool) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
 		return "", 0, false
 	}
 	f := strings.Fields(stat[i+1:])
-	if len(f) < 3 {
+	if len(f) < 2 {
 		return "", 0, false
 	}
-	pgrp, err := strconv.Atoi(f[2])
-	return f[0], pgrp, err == nil
+	ppid, err := strconv.Atoi(f[1])
+	return f[0], ppid, err == nil
 }
 
 // services are a campaign's own Postgres and Redis.

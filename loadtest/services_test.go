@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,20 +14,20 @@ import (
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
-func TestStatGroup(t *testing.T) {
+func TestProcStat(t *testing.T) {
 	for _, tc := range []struct {
 		stat  string
 		state string
-		pgrp  int
+		ppid  int
 		ok    bool
 	}{
-		{"123 (postgres) S 1 120 120 0 -1", "S", 120, true},
-		{"124 (a) b) Z 123 120 120 0", "Z", 120, true},
+		{"123 (postgres) S 1 120 120 0 -1", "S", 1, true},
+		{"124 (a) b) Z 123 120 120 0", "Z", 123, true},
 		{"125 (x)", "", 0, false},
 	} {
-		state, pgrp, ok := statGroup(tc.stat)
-		if state != tc.state || pgrp != tc.pgrp || ok != tc.ok {
-			t.Errorf("statGroup(%q) = %q %d %v, want %q %d %v", tc.stat, state, pgrp, ok, tc.state, tc.pgrp, tc.ok)
+		state, ppid, ok := procStat(tc.stat)
+		if state != tc.state || ppid != tc.ppid || ok != tc.ok {
+			t.Errorf("procStat(%q) = %q %d %v, want %q %d %v", tc.stat, state, ppid, ok, tc.state, tc.ppid, tc.ok)
 		}
 	}
 }
@@ -41,9 +41,13 @@ func needServices(t *testing.T) {
 	}
 }
 
-// TestCampaignServices starts the campaign's own Postgres and Redis, kills
-// and restarts Postgres (every process of it, as a crash would), pauses
-// Redis, and tears both down with their directories.
+// TestCampaignServices starts the campaign's own Postgres and Redis,
+// pauses Postgres (a query on a connection opened before stalls until it
+// is continued: the pause reaches the backends, which Postgres puts in
+// sessions of their own), kills and restarts it (the backends die with
+// it), pauses Redis, and tears both down with their directories. Paused
+// through its process group, as at first, the open connection's query
+// went on answering.
 func TestCampaignServices(t *testing.T) {
 	needServices(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -56,39 +60,61 @@ func TestCampaignServices(t *testing.T) {
 	if strings.Contains(sv.pgURL, ":5432/") || strings.Contains(sv.redisURL, ":6379/") {
 		t.Fatalf("campaign services on the machine's ports: %s %s", sv.pgURL, sv.redisURL)
 	}
-	query := func() error {
-		conn, err := pgx.Connect(ctx, sv.pgURL)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS t (n int); INSERT INTO t VALUES (1)")
+	query := func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS t (n int); INSERT INTO t VALUES (1)")
 		return err
 	}
-	if err := query(); err != nil {
-		t.Fatal(err)
-	}
-	// A connection open across the kill: its backend dies with the rest.
 	conn, err := pgx.Connect(ctx, sv.pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	pgid, _ := sv.pg.group()
+	if err := query(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sv.pg.pause(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- query(ctx, conn) }()
+	select {
+	case err := <-done:
+		t.Errorf("a query on an open connection answered while Postgres was paused (%v)", err)
+		done <- nil
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := sv.pg.resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the query after the pause: %v", err)
+	}
+
+	leader, _ := sv.pg.leader()
+	procs := append(children(leader), leader)
+	if len(procs) < 3 {
+		t.Fatalf("Postgres has processes %v, want its leader, its helpers and a backend", procs)
+	}
 	if err := sv.pg.kill(); err != nil {
 		t.Fatal(err)
 	}
-	if groupAlive(pgid) {
-		t.Errorf("Postgres group %d alive after the kill", pgid)
+	if slices.ContainsFunc(procs, alive) {
+		t.Errorf("Postgres processes alive after the kill: %v of %v", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !alive(p) }), procs)
 	}
 	if err := sv.pg.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := query(); err != nil {
-		t.Errorf("after the restart: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+	if err := query(ctx, conn); err == nil {
 		t.Errorf("a connection to the killed Postgres still answers")
+	}
+	conn2, err := pgx.Connect(ctx, sv.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close(context.Background())
+	if err := query(ctx, conn2); err != nil {
+		t.Errorf("after the restart: %v", err)
 	}
 
 	if err := sv.redis.pause(); err != nil {
@@ -107,15 +133,15 @@ func TestCampaignServices(t *testing.T) {
 		t.Errorf("resumed Redis: %v", err)
 	}
 
-	rpgid, _ := sv.redis.group()
+	pgLeader, _ := sv.pg.leader()
+	redisLeader, _ := sv.redis.leader()
+	left := append(children(pgLeader), pgLeader, redisLeader)
 	dirs := []string{sv.pg.dir, sv.redis.dir}
 	if err := sv.close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []int{pgid, rpgid} {
-		if err := syscall.Kill(-g, 0); !errors.Is(err, syscall.ESRCH) && groupAlive(g) {
-			t.Errorf("group %d still alive after close", g)
-		}
+	if slices.ContainsFunc(left, alive) {
+		t.Errorf("processes alive after close: %v", slices.DeleteFunc(slices.Clone(left), func(p int) bool { return !alive(p) }))
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
