@@ -778,6 +778,10 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 func (r *runner) owed() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.owedLocked()
+}
+
+func (r *runner) owedLocked() int {
 	if r.campaign == nil {
 		return r.pending
 	}
@@ -1133,7 +1137,7 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 			r.mu.Lock()
 			c := r.counts
 			sorted := slices.Clone(r.progress)
-			pending := r.pending
+			pending := r.owedLocked()
 			refused, errs := report.Total(c.refused), report.Total(c.errors)
 			r.mu.Unlock()
 			var p99 string
