@@ -40,6 +40,10 @@ func heldPollMemory(tb testing.TB, n int) (stack, heap uint64) {
 		}()
 	}
 	eventually(tb, "every poll held", func() bool { return h.srv.HeldPolls() == int64(n) })
+	// Held counts a poll from before its first read (its device's
+	// registration, queued on SQLite's one writer): what is measured is
+	// every poll waiting, each parked.
+	eventually(tb, "every poll parked", func() bool { return h.srv.parking != nil && h.srv.parking.Parked.Load() == int64(n) })
 	runtime.GC()
 	runtime.GC() // the second cycle shrinks stacks the first found oversized
 	runtime.ReadMemStats(&held)
