@@ -54,7 +54,7 @@ type parked struct {
 	conn     net.Conn
 	replay   []byte // the request, and anything the client sent after it
 	poll     *pollState
-	rec      *record // the request's, as it parked; closed here only if the client hangs up
+	rec      *record // the request's, detached; closed here only if the client hangs up
 	checked  time.Time
 	deadline time.Time
 	early    bool // the client sent more after the poll: answer now
@@ -120,13 +120,13 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 		checked = p.resume.Checked
 	}
 	// The request's record is detached: its account is closed when the
-	// poll, read again, answers. The parked goroutine keeps a copy of its
-	// own, for a hang-up.
+	// poll, read again, answers, and the record passes to the parked
+	// goroutine, which closes it only if the client hangs up meanwhile.
+	// Its writer goes: it would keep the hijacked response's buffers.
 	rec := recordOf(r.Context())
-	rec.detached = true
-	hangup := *rec
-	hangup.ResponseWriter, hangup.route = nil, chi.RouteContext(r.Context()).RoutePattern()
-	it := &parked{conn: conn, replay: req.Bytes(), poll: p, rec: &hangup, checked: checked, deadline: deadline, early: early}
+	rec.route = chi.RouteContext(r.Context()).RoutePattern()
+	rec.detached, rec.ResponseWriter = true, nil
+	it := &parked{conn: conn, replay: req.Bytes(), poll: p, rec: rec, checked: checked, deadline: deadline, early: early}
 	p.parked = true // the wait, not the handler, ends the poll now
 	pk.Parked.Add(1)
 	go s.waitParked(it, watcher)

@@ -20,7 +20,8 @@ import (
 // error code. A poll that parks detaches its record, whose account is then
 // closed when the poll, read again, answers (a new request, whose record
 // starts when the poll first came), or when its client hangs up while
-// parked. Only the request's own goroutine touches a record.
+// parked. Only the request's own goroutine touches a record, until it
+// detaches it; from then on only the parked poll's goroutine does.
 type record struct {
 	http.ResponseWriter
 	start time.Time
@@ -98,7 +99,7 @@ func (s *Server) account(next http.Handler) http.Handler {
 func noteRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
-		if rec := recordOf(r.Context()); rec != nil {
+		if rec := recordOf(r.Context()); rec != nil && !rec.detached { // a parked poll's is its goroutine's now
 			rec.route = chi.RouteContext(r.Context()).RoutePattern()
 		}
 	})
