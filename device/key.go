@@ -8,6 +8,9 @@ type Key struct {
 	Device    string
 }
 
+// KeyOf is the key of household's device name.
+func KeyOf(household, name string) Key { return Key{Household: household, Device: name} }
+
 // Hash is k's hash under seed, for sharding maps of devices: the two names
 // are mixed unevenly, so that (a, b) and (b, a) land apart.
 func (k Key) Hash(seed maphash.Seed) uint64 {

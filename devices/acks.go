@@ -77,7 +77,7 @@ func (a *acks) add(k device.Key, cursor int64, seen time.Time, life device.Life)
 
 // merge folds n into what is pending for its device; the caller holds mu.
 func (a *acks) merge(n store.Ack) {
-	k := device.Key{Household: n.Household, Device: n.Device}
+	k := device.KeyOf(n.Household, n.Device)
 	p, ok := a.pending[k]
 	switch {
 	case !ok || n.Life.Compare(p.Life) > 0:

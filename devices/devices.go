@@ -191,7 +191,7 @@ func (m *Memory) read(k device.Key, fn func() (store.DeviceState, error)) (posit
 // registration read, so that its first poll need not read it again. The
 // cursor returned counts acknowledgements not yet written.
 func (m *Memory) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
-	k := device.Key{Household: p.Household, Device: p.Device}
+	k := device.KeyOf(p.Household, p.Device)
 	ticket := m.positions.Begin(k)
 	d, err := m.store.Register(ctx, p)
 	if err != nil {

@@ -122,7 +122,7 @@ func (r *removals) read(ctx context.Context) bool {
 	}
 	read := make(map[device.Key]device.Life, len(rs))
 	for _, rm := range rs {
-		read[device.Key{Household: rm.Household, Device: rm.Device}] = device.LifeAfter(rm.At)
+		read[device.KeyOf(rm.Household, rm.Device)] = device.LifeAfter(rm.At)
 	}
 	r.list.Fill(gen, read)
 	return true

@@ -170,7 +170,7 @@ func (g *gates) enter(ctx context.Context, household string, to []string, wait t
 		}
 	}
 	for _, d := range to {
-		k := device.Key{Household: household, Device: d}
+		k := device.KeyOf(household, d)
 		g.mu.Lock()
 		if g.m == nil {
 			g.m = make(map[device.Key]*gate)

@@ -413,7 +413,7 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery, env *store.Envelope) {
 	wakes := make([]wake.Wake, len(ds))
 	for i, d := range ds {
-		wakes[i] = wake.Wake{Key: device.Key{Household: household, Device: d.Device}, Life: d.Life, Head: d.Seq}
+		wakes[i] = wake.Wake{Key: device.KeyOf(household, d.Device), Life: d.Life, Head: d.Seq}
 		if env != nil {
 			e := *env
 			e.Seq = d.Seq
@@ -538,7 +538,7 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	}
 	// Committed: end the device's held polls on every relay. A failure
 	// here delays that only until the polls' next read of the store.
-	if err := s.hub.Remove(context.WithoutCancel(ctx), device.Key{Household: c.Household, Device: name}, at); err != nil {
+	if err := s.hub.Remove(context.WithoutCancel(ctx), device.KeyOf(c.Household, name), at); err != nil {
 		s.log.Warn("telling relays of a removal failed", "err", err)
 	}
 	writeNoContent(w, r)

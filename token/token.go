@@ -56,7 +56,7 @@ type Claims struct {
 }
 
 // Key is the device the token speaks for.
-func (c *Claims) Key() device.Key { return device.Key{Household: c.Household, Device: c.Device} }
+func (c *Claims) Key() device.Key { return device.KeyOf(c.Household, c.Device) }
 
 type header struct {
 	Alg  string   `json:"alg"`

@@ -120,7 +120,7 @@ func (m *message) nextKey() (device.Key, error) {
 	if err != nil {
 		return device.Key{}, err
 	}
-	return device.Key{Household: h, Device: d}, nil
+	return device.KeyOf(h, d), nil
 }
 
 // nextWake reads one wake of a 'V' message.
