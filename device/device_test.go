@@ -70,7 +70,8 @@ func TestKeyHash(t *testing.T) {
 	if KeyOf("a", "b").Hash(seed) == KeyOf("b", "a").Hash(seed) {
 		t.Fatal("(a, b) and (b, a) hash alike")
 	}
-	if KeyOf("h", "d").Hash(seed) != KeyOf("h", "d").Hash(seed) {
+	k := KeyOf("h", "d")
+	if k.Hash(seed) != (Key{Household: "h", Device: "d"}).Hash(seed) {
 		t.Fatal("one key hashes two ways")
 	}
 }
