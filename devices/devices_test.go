@@ -144,3 +144,26 @@ func TestWakeCarriesRecentEnvelope(t *testing.T) {
 		t.Fatal("a removed device's envelope was kept")
 	}
 }
+
+// TestWakeOfLaterLifeTellsTheRemoval: a wake of a send stored after a
+// removal this relay has not heard of tells memory of that removal, even
+// for a device memory never met: an old token is then refused from memory.
+// Without the removal list's update in Advanced this goes red (tried).
+func TestWakeOfLaterLifeTellsTheRemoval(t *testing.T) {
+	m, _ := newMemory(t)
+	k := key("phone")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, ok := m.Listed(k); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the list of removals was not read")
+		}
+		time.Sleep(time.Millisecond) // a bounded poll of the loader's own state
+	}
+	removed := time.Now()
+	m.Advanced(wake.Wake{Key: k, Life: device.LifeAfter(removed), Head: 1})
+	if life, ok := m.KnownLife(k); !ok || life != device.LifeAfter(removed) || life.Admits(removed.Add(-time.Second)) {
+		t.Fatalf("KnownLife after a wake of a later life = %v, %v; want the removal's, refusing older tokens", life, ok)
+	}
+}

@@ -50,7 +50,7 @@ type Config struct {
 	MaxHouseholdPending int64
 	MaxHeldPolls        int // 0: no cap
 
-	// AccessLog: one line per finished request (see access.go).
+	// AccessLog: one line per finished request (record.go, internal/accesslog).
 	AccessLog bool
 	// ParkPolls: held HTTP/1.1 polls park (see park.go).
 	ParkPolls bool

@@ -241,3 +241,23 @@ func TestAheadOf(t *testing.T) {
 		t.Fatal("a word about an older head was kept")
 	}
 }
+
+// TestOlderRemovalChangesNothing: news of a removal older than the life
+// memory knows (a late echo, a removal heard out of order) leaves the
+// device as it stands; so does the same removal told twice once the name
+// was registered again. Without the check in Removed this goes red (tried:
+// the entry went back to the older life, removed).
+func TestOlderRemovalChangesNothing(t *testing.T) {
+	c := New(0)
+	first := device.LifeAfter(time.Unix(1_800_000_000, 0))
+	second := device.LifeAfter(time.Unix(1_800_000_100, 0))
+	c.Removed(k, second)
+	c.Registered(k, time.Unix(1_800_000_101, 0))
+	c.Advanced(k, second, 2)
+	for _, life := range []device.Life{first, second} {
+		c.Removed(k, life)
+		if st, ok := c.Get(k); !ok || !st.Exists || st.Head != 2 || st.Life != second {
+			t.Fatalf("after news of the removal %v: %+v, %v; want the registration since, head 2", life, st, ok)
+		}
+	}
+}

@@ -135,17 +135,12 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 }
 
 // RemovedAt reports the device's last removal; zero if it never was.
-func (db *DB) RemovedAt(ctx context.Context, household, device string) (time.Time, error) {
-	var at int64
-	err := db.reader.QueryRowContext(ctx, `SELECT removed_at FROM removals WHERE household = ? AND device = ?`,
-		household, device).Scan(&at)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return time.Time{}, nil
-	case err != nil:
+func (db *DB) RemovedAt(ctx context.Context, household, name string) (time.Time, error) {
+	l, err := life(ctx, db.reader, household, name)
+	if err != nil {
 		return time.Time{}, wrap(ctx, "removed at", err)
 	}
-	return fromMicros(at), nil
+	return l.RemovedAt(), nil
 }
 
 // Removals lists up to limit devices' last removals.
