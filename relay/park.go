@@ -9,8 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/wake"
 )
@@ -54,7 +52,7 @@ type parked struct {
 	conn     net.Conn
 	replay   []byte // the request, and anything the client sent after it
 	poll     *pollState
-	rec      *record // the request's, detached; closed here only if the client hangs up
+	account  detached // the request's record's; closed here only if the client hangs up
 	checked  time.Time
 	deadline time.Time
 	early    bool // the client sent more after the poll: answer now
@@ -120,13 +118,9 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, dead
 		checked = p.resume.Checked
 	}
 	// The request's record is detached: its account is closed when the
-	// poll, read again, answers, and the record passes to the parked
-	// goroutine, which closes it only if the client hangs up meanwhile.
-	// Its writer goes: it would keep the hijacked response's buffers.
-	rec := recordOf(r.Context())
-	rec.route = chi.RouteContext(r.Context()).RoutePattern()
-	rec.detached, rec.ResponseWriter = true, nil
-	it := &parked{conn: conn, replay: req.Bytes(), poll: p, rec: rec, checked: checked, deadline: deadline, early: early}
+	// poll, read again, answers, or by the parked goroutine if the client
+	// hangs up meanwhile.
+	it := &parked{conn: conn, replay: req.Bytes(), poll: p, account: recordOf(r.Context()).detach(), checked: checked, deadline: deadline, early: early}
 	p.parked = true // the wait, not the handler, ends the poll now
 	pk.Parked.Add(1)
 	go s.waitParked(it, watcher)
@@ -164,7 +158,7 @@ func (s *Server) waitParked(it *parked, w wake.Watcher) {
 		pk.Left()
 		return
 	}
-	rs := &parking.Resume{Start: it.rec.start, Checked: it.checked, Deadline: it.deadline, Err: werr}
+	rs := &parking.Resume{Start: it.account.start, Checked: it.checked, Deadline: it.deadline, Err: werr}
 	switch {
 	case n == 1 || it.early:
 		// The client sent more while its poll was held: the poll answers
@@ -190,6 +184,5 @@ func (s *Server) waitParked(it *parked, w wake.Watcher) {
 // hungUpParked closes the account of a parked poll whose client went away,
 // as a held poll's hang-up is.
 func (s *Server) hungUpParked(it *parked) {
-	it.rec.status, it.rec.outcome = statusHangup, pollHangup
-	s.finish(context.Background(), it.rec)
+	s.finish(context.Background(), it.account.hungUp())
 }

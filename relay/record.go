@@ -20,8 +20,7 @@ import (
 // error code. A poll that parks detaches its record, whose account is then
 // closed when the poll, read again, answers (a new request, whose record
 // starts when the poll first came), or when its client hangs up while
-// parked. Only the request's own goroutine touches a record, until it
-// detaches it; from then on only the parked poll's goroutine does.
+// parked. Only the request's own goroutine touches a record.
 type record struct {
 	http.ResponseWriter
 	start time.Time
@@ -61,6 +60,31 @@ func (rec *record) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (rec *record) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
+// detached is what a parked poll keeps of its request's record: what
+// closing its account takes if its client hangs up while parked (a poll
+// read again starts a record of its own, from start). Not the record
+// itself: that would make a parked poll half as large again.
+type detached struct {
+	start             time.Time
+	query, remote     string
+	forwarded         []string
+	household, device string
+}
+
+// detach passes the poll's account to its parked wait.
+func (rec *record) detach() detached {
+	rec.detached = true
+	return detached{start: rec.start, query: rec.query, remote: rec.remote, forwarded: rec.forwarded, household: rec.household, device: rec.device}
+}
+
+// hungUp is the record of a parked poll whose client went away.
+func (d *detached) hungUp() *record {
+	return &record{
+		start: d.start, method: http.MethodGet, route: routePoll, query: d.query, remote: d.remote, forwarded: d.forwarded,
+		household: d.household, device: d.device, poll: true, outcome: pollHangup, status: statusHangup,
+	}
+}
+
 // statusHangup is logged for a request whose client went away before any
 // answer was written (nginx's convention).
 const statusHangup = 499
@@ -99,7 +123,7 @@ func (s *Server) account(next http.Handler) http.Handler {
 func noteRoute(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
-		if rec := recordOf(r.Context()); rec != nil && !rec.detached { // a parked poll's is its goroutine's now
+		if rec := recordOf(r.Context()); rec != nil {
 			rec.route = chi.RouteContext(r.Context()).RoutePattern()
 		}
 	})

@@ -236,6 +236,10 @@ func (s *Server) routes() http.Handler {
 
 // router is the API's routes: what routes serves, and what the test that
 // holds docs/openapi.yaml to the server walks.
+// routePoll is the poll's route, under which a parked poll's hang-up is
+// logged too.
+const routePoll = "/v1/poll"
+
 func (s *Server) router() chi.Router {
 	r := chi.NewRouter()
 	// First, so that every answer, the router's own 404 and 405 included,
@@ -252,7 +256,7 @@ func (s *Server) router() chi.Router {
 	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
 	r.Post("/v1/send", countSends(s.authed(s.send)))
-	r.Get("/v1/poll", timePolls(s.authedHolding(s.poll)))
+	r.Get(routePoll, timePolls(s.authedHolding(s.poll)))
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
