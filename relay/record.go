@@ -71,9 +71,11 @@ type detached struct {
 	household, device string
 }
 
-// detach passes the poll's account to its parked wait.
+// detach passes the poll's account to its parked wait. The writer goes:
+// whatever still holds the request's context would keep the hijacked
+// connection's buffers through it.
 func (rec *record) detach() detached {
-	rec.detached = true
+	rec.detached, rec.ResponseWriter = true, nil
 	return detached{start: rec.start, query: rec.query, remote: rec.remote, forwarded: rec.forwarded, household: rec.household, device: rec.device}
 }
 
