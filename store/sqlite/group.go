@@ -94,6 +94,10 @@ func (db *DB) runGroup(first *job) (carry *job) {
 	// The jobs run on their own context: once taken, a job's caller going
 	// away must not cut it off halfway through a group.
 	ctx := context.Background()
+	if err := db.beforeWrite(); err != nil {
+		first.done <- err
+		return nil
+	}
 	conn, err := db.writer.Conn(ctx)
 	if err != nil {
 		first.done <- wrap(ctx, first.op, err)

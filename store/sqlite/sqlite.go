@@ -65,6 +65,13 @@ type DB struct {
 	ping   *sql.DB // one connection of its own so a busy read pool cannot fail a probe
 	log    *slog.Logger
 
+	// path and opened: the database file, as opened (writable.go).
+	path   string
+	opened os.FileInfo
+	// unwritable: a check found the database unwritable; the writer's
+	// connection may be read-only since (refreshWriter).
+	unwritable atomic.Bool
+
 	// The group writer (group.go): sends and ack batches, committed
 	// together.
 	jobs      chan *job     // unbuffered: a job is taken or still its caller's
@@ -131,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
 
-	db := &DB{writer: writer, log: log.With("component", "store_sqlite")}
+	db := &DB{writer: writer, log: log.With("component", "store_sqlite"), path: path}
 	// The writer goes first: it creates the file, switches it to WAL and
 	// migrates, all of which the read-only connections could not do.
 	if err := db.migrate(ctx); err != nil {
@@ -164,9 +171,19 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	ping.SetMaxIdleConns(1)
 	db.ping = ping
 
-	if err := db.Ping(ctx); err != nil {
+	if err := db.probe(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if db.opened, err = os.Stat(path); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	// A database that cannot be written is served anyway, not ready (Ping
+	// says why): a chown or chmod then brings it back without a restart.
+	if err := db.writable(); err != nil {
+		db.unwritable.Store(true)
+		log.Error("the database cannot be written: every write fails until it can", "err", err)
 	}
 	db.jobs, db.quit, db.stopped = make(chan *job), make(chan struct{}), make(chan struct{})
 	go db.groupWriter()
@@ -182,6 +199,18 @@ func dsn(path string, q url.Values) string {
 
 // Ping runs a query on the probe's own connection.
 func (db *DB) Ping(ctx context.Context) error {
+	if err := db.probe(ctx); err != nil {
+		return err
+	}
+	if err := db.writable(); err != nil {
+		db.unwritable.Store(true)
+		return fmt.Errorf("sqlite: ping: %w: %w", store.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// probe reads through the probe's own connection.
+func (db *DB) probe(ctx context.Context) error {
 	var n int
 	if err := db.ping.QueryRowContext(ctx, `SELECT count(*) FROM schema_version`).Scan(&n); err != nil {
 		return wrap(ctx, "ping", err)
@@ -262,6 +291,9 @@ func isStoreError(err error) bool {
 // write runs fn in one IMMEDIATE transaction on the writer connection and
 // commits if fn returns nil. fn's store errors come back unwrapped.
 func (db *DB) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	if err := db.beforeWrite(); err != nil {
+		return err
+	}
 	tx, err := db.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return wrap(ctx, op, err)
