@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,6 +101,17 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 	}
 	cs := []prometheus.Collector{
 		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
+		// The store's readiness, as /ready reports it (the probe's answer
+		// is shared and kept for a second), so that an alert sees a store
+		// the relay cannot write even where nothing probes /ready.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_store_ready", Help: "1 when the store answers and can be written (the check behind /ready), else 0; the log says why.",
+		}, func() float64 {
+			if s.readiness.check(context.Background(), s.store.Ping) != nil {
+				return 0
+			}
+			return 1
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_held_polls", Help: "Polls held (waiting) now.",
 		}, func() float64 { return float64(s.limits.held.Load()) }),

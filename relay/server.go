@@ -161,6 +161,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.readiness.log = s.log
 	access := deps.AccessLogger
 	if access == nil {
 		access = s.log
@@ -281,7 +282,11 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := s.readiness.check(r.Context(), s.store.Ping); err != nil {
-		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
+		msg := "Not ready: the store does not answer."
+		if errors.Is(err, store.ErrNotWritable) {
+			msg = "Not ready: the store cannot be written; the relay's log says why."
+		}
+		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: msg, Cause: err})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -296,6 +301,7 @@ const readyTTL = time.Second
 // readiness runs the store's probe for /ready, one at a time, and keeps its
 // answer for readyTTL.
 type readiness struct {
+	log     *slog.Logger // a change of the answer is logged
 	mu      sync.Mutex
 	checked time.Time
 	err     error
@@ -331,9 +337,16 @@ func (rd *readiness) check(ctx context.Context, ping func(context.Context) error
 	cancel()
 
 	rd.mu.Lock()
+	was := rd.err
 	rd.err, rd.checked, rd.running = err, time.Now(), nil
 	rd.mu.Unlock()
 	close(ch)
+	switch {
+	case err != nil && (was == nil || was.Error() != err.Error()):
+		rd.log.Error("not ready: the store's probe fails", "err", err)
+	case err == nil && was != nil:
+		rd.log.Info("ready again: the store's probe passes")
+	}
 	return err
 }
 

@@ -36,6 +36,10 @@ var (
 	// ErrUnavailable: the database cannot be reached or did not answer in
 	// time. The caller should retry later; nothing was changed.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrNotWritable: Ping found a database that answers but cannot be
+	// written (a standby, a file another user owns, a file replaced under
+	// the relay). It comes with ErrUnavailable.
+	ErrNotWritable = errors.New("store: cannot be written")
 	// ErrRemoved: the device was removed at or after the moment the
 	// caller's credential was issued (see IssuedAt in RegisterParams and
 	// AckParams); nothing was created or changed.

@@ -206,7 +206,7 @@ func (db *DB) probeOnce(ctx context.Context) error {
 	}
 	switch {
 	case !writable:
-		return fmt.Errorf("postgres: ping: the database is read-only (a standby, or read-only by setting): %w", store.ErrUnavailable)
+		return fmt.Errorf("postgres: ping: the database is read-only (a standby, or read-only by setting): %w: %w", store.ErrUnavailable, store.ErrNotWritable)
 	case !schema:
 		return fmt.Errorf("postgres: ping: the relay's tables are missing (a database recreated empty?): %w", store.ErrUnavailable)
 	}

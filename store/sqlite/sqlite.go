@@ -204,7 +204,7 @@ func (db *DB) Ping(ctx context.Context) error {
 	}
 	if err := db.writable(); err != nil {
 		db.unwritable.Store(true)
-		return fmt.Errorf("sqlite: ping: %w: %w", store.ErrUnavailable, err)
+		return fmt.Errorf("sqlite: ping: %w: %w: %w", store.ErrUnavailable, store.ErrNotWritable, err)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func TestPingTellsReplacedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Ping(t.Context())
-	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "replaced") {
+	if !errors.Is(err, store.ErrNotWritable) || !strings.Contains(err.Error(), "replaced") {
 		t.Fatalf("Ping after the file was replaced = %v, want ErrUnavailable naming the replacement", err)
 	}
 	// Nothing is written any more: the write would reach the new file
@@ -61,7 +61,7 @@ func TestUnwritableFileRecovers(t *testing.T) {
 		t.Fatalf("Open of a read-only file = %v, want it served not ready", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.Ping(t.Context()); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), path) {
+	if err := db.Ping(t.Context()); !errors.Is(err, store.ErrNotWritable) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Ping = %v, want ErrUnavailable naming %s", err, path)
 	}
 	if _, err := db.Register(t.Context(), store.RegisterParams{Household: "h", Device: "d", Now: time.Now()}); !errors.Is(err, store.ErrUnavailable) {
