@@ -39,7 +39,7 @@ func (s *Server) authedOn(h handlerFunc, holds bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		// One store deadline for the whole request, the token's check
 		// included: several store calls must not add up past it.
-		r = r.WithContext(withStoreBudget(r.Context(), s.cfg.StoreTimeout))
+		startStoreBudget(r.Context(), s.cfg.StoreTimeout)
 		c, err := s.authenticate(r, holds)
 		if err == nil {
 			err = h(w, r, c)
@@ -176,21 +176,21 @@ func (s *Server) refuseToken(r *http.Request, reason string, err error) error {
 }
 
 // storeCtx bounds a store call by the request's store deadline (see
-// withStoreBudget), or by FN_STORE_TIMEOUT outside a request.
+// startStoreBudget), or by FN_STORE_TIMEOUT outside a request.
 func (s *Server) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Value(storeBudgetKey{}).(time.Time); ok {
-		return context.WithDeadline(ctx, d)
+	if rec := recordOf(ctx); rec != nil && !rec.storeDeadline.IsZero() {
+		return context.WithDeadline(ctx, rec.storeDeadline)
 	}
 	return context.WithTimeout(ctx, s.cfg.StoreTimeout)
 }
 
-type storeBudgetKey struct{}
-
-// withStoreBudget gives the store calls made under ctx, together, timeout
-// from now. A held poll renews it when it wakes: its hold is not store
-// time.
-func withStoreBudget(ctx context.Context, timeout time.Duration) context.Context {
-	return context.WithValue(ctx, storeBudgetKey{}, time.Now().Add(timeout))
+// startStoreBudget gives the store calls of ctx's request, together,
+// timeout from now. A held poll starts it again when it wakes: its hold is
+// not store time.
+func startStoreBudget(ctx context.Context, timeout time.Duration) {
+	if rec := recordOf(ctx); rec != nil {
+		rec.storeDeadline = time.Now().Add(timeout)
+	}
 }
 
 type pushRequest struct {

@@ -196,7 +196,7 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		if werr := s.wait(ctx, p.waiter, deadline); werr != nil {
 			return s.endHold(ctx, w, r, werr, p.after)
 		}
-		ctx = withStoreBudget(ctx, s.cfg.StoreTimeout)
+		startStoreBudget(ctx, s.cfg.StoreTimeout)
 		if err := s.woken(ctx, r, c, p); err != nil {
 			return err
 		}

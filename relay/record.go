@@ -32,18 +32,22 @@ type record struct {
 	forwarded                    []string // X-Forwarded-For, believed only from trusted proxies
 
 	household, device string
-	poll              bool   // a poll: counted in fn_polls_total
-	send              bool   // a send: counted in fn_sends_total
 	outcome           string // polls only
 	code              string // the protocol's error code, for an error answer
-	status            int
 	bytes             int64
-	detached          bool // the poll parked: its account is closed elsewhere
+	// storeDeadline bounds the request's store calls together (storeCtx):
+	// kept here rather than in a context of its own, which would copy the
+	// request once more.
+	storeDeadline time.Time
+	status        int32
+	poll          bool // a poll: counted in fn_polls_total
+	send          bool // a send: counted in fn_sends_total
+	detached      bool // the poll parked: its account is closed elsewhere
 }
 
 func (rec *record) WriteHeader(code int) {
 	if rec.status == 0 {
-		rec.status = code
+		rec.status = int32(code)
 	}
 	rec.ResponseWriter.WriteHeader(code)
 }
@@ -138,7 +142,7 @@ func (s *Server) finish(ctx context.Context, rec *record) {
 	took := time.Since(rec.start)
 	if rec.send {
 		s.metrics.sendSeconds.Observe(took.Seconds())
-		code := strconv.Itoa(rec.status)
+		code := strconv.Itoa(int(rec.status))
 		if rec.status >= 500 && ctx.Err() != nil {
 			code = sendClientGone
 		}
@@ -163,7 +167,7 @@ func (s *Server) finish(ctx context.Context, rec *record) {
 		route = "-" // no route matched
 	}
 	s.logs.access.Write(ctx, accesslog.Line{
-		Method: rec.method, Route: route, Status: status, Took: took, Bytes: rec.bytes,
+		Method: rec.method, Route: route, Status: int(status), Took: took, Bytes: rec.bytes,
 		Client:    accesslog.ClientAddr(rec.remote, rec.forwarded, s.cfg.TrustedProxies),
 		Household: rec.household, Device: rec.device, Outcome: rec.outcome, Code: rec.code, Query: rec.query,
 	})
