@@ -2,10 +2,14 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 const (
@@ -167,4 +171,49 @@ func TestCORSAny(t *testing.T) {
 	if r.header.Get("Access-Control-Allow-Origin") != "*" {
 		t.Errorf("poll: Allow-Origin %q, want *", r.header.Get("Access-Control-Allow-Origin"))
 	}
+}
+
+// TestCORSRefusalLogged: a request from an origin FN_CORS_ORIGINS does not
+// allow (its page sees only "Failed to fetch") is logged with the origin
+// and the setting, a line a minute at most however many come; a request
+// from the relay's own origin, and one from an allowed origin, are not.
+func TestCORSRefusalLogged(t *testing.T) {
+	for _, allowed := range [][]string{nil, {appOrigin}} {
+		t.Run(fmt.Sprint(allowed), func(t *testing.T) {
+			h, log := accessHarness(t, func(c *Config) { c.CORSOrigins = allowed; c.AccessLog = false })
+			tok := h.register("home", "phone")
+			h.must("GET", "/v1/poll", tok, nil, http.StatusOK, "Origin", h.url) // same origin
+			if len(allowed) > 0 {
+				h.must("GET", "/v1/poll", tok, nil, http.StatusOK, "Origin", appOrigin)
+			}
+			if lines := refusalLines(t, log); len(lines) != 0 {
+				t.Fatalf("logged as refused: %v", lines)
+			}
+			for range 5 {
+				h.preflight("/v1/send", otherOrigin, "POST")
+			}
+			lines := refusalLines(t, log)
+			if len(lines) != 1 {
+				t.Fatalf("%d refusal lines for 5 refused preflights, want 1: %v", len(lines), lines)
+			}
+			if field(lines[0], "origin") != otherOrigin || !strings.Contains(field(lines[0], "msg"), "FN_CORS_ORIGINS") {
+				t.Errorf("refusal line = %v", lines[0])
+			}
+		})
+	}
+}
+
+func refusalLines(t *testing.T, log *servicetest.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range strings.Lines(log.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if strings.HasPrefix(field(m, "msg"), "a request from another origin was refused") {
+			out = append(out, m)
+		}
+	}
+	return out
 }

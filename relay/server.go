@@ -13,6 +13,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,10 @@ type logs struct {
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
 	ackLog        rate.Sometimes
+	// corsRefused counts requests from origins FN_CORS_ORIGINS does not
+	// allow, for the rate-limited log line (corsRefused).
+	corsRefused    atomic.Uint64
+	corsRefusedLog rate.Sometimes
 }
 
 // hooks are set by tests only.
@@ -155,6 +160,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		logs: logs{
 			refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
 			ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
+			// Any page can send an Origin: a line a minute at most.
+			corsRefusedLog: rate.Sometimes{First: 1, Interval: time.Minute},
 		},
 		run: run{done: make(chan struct{})},
 	}
@@ -232,7 +239,7 @@ func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
 func (s *Server) routes() http.Handler {
 	r := s.router()
-	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, r))))
+	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, s.corsRefused, r))))
 }
 
 // router is the API's routes: what routes serves, and what the test that
@@ -442,4 +449,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("relay: shutdown did not finish in time: %w", errors.Join(err, closeErr))
 	}
 	return nil
+}
+
+// corsRefused logs, a line a minute at most, a request from an origin
+// FN_CORS_ORIGINS does not allow: its page sees only a failed fetch (the
+// browser withholds the answer), so this line is where the mistake shows,
+// typically localhost against 127.0.0.1, or a port left out.
+func (s *Server) corsRefused(origin string) {
+	total := s.logs.corsRefused.Add(1)
+	s.logs.corsRefusedLog.Do(func() {
+		allowed := strings.Join(s.cfg.CORSOrigins, " ")
+		if allowed == "" {
+			allowed = "(none)"
+		}
+		s.log.Warn("a request from another origin was refused: browsers withhold the answer from its page; to allow it, add its origin, exactly, to FN_CORS_ORIGINS",
+			"origin", origin, "allowed", allowed, "refused_total", total)
+	})
 }

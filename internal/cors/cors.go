@@ -46,10 +46,12 @@ func (o origins) allows(origin string) bool {
 // other origins, and preflights from them, pass through untouched: a
 // preflight then gets the router's 405 without any CORS header, and the
 // browser refuses the request.
-func Handler(allowed []string, router chi.Router, next http.Handler) http.Handler {
-	if len(allowed) == 0 {
-		return next
-	}
+//
+// refused, if not nil, is told of each request from another origin that
+// is not allowed (a browser will withhold the answer from its page); a
+// request whose Origin is the relay's own (same-origin requests carry one
+// too) is not a refusal.
+func Handler(allowed []string, router chi.Router, refused func(origin string), next http.Handler) http.Handler {
 	o := origins{list: allowed}
 	if slices.Equal(allowed, []string{"*"}) {
 		o = origins{any: true}
@@ -60,12 +62,15 @@ func Handler(allowed []string, router chi.Router, next http.Handler) http.Handle
 			return
 		}
 		h := w.Header()
-		if !o.any {
+		if len(allowed) > 0 && !o.any {
 			// The answer depends on the Origin: caches must not mix them.
 			h.Add("Vary", "Origin")
 		}
 		origin := r.Header.Get("Origin")
 		if !o.allows(origin) {
+			if origin != "" && refused != nil && !sameOrigin(origin, r.Host) {
+				refused(origin)
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -93,4 +98,11 @@ func Handler(allowed []string, router chi.Router, next http.Handler) http.Handle
 		h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sameOrigin reports whether origin names the host the request was sent to
+// (the scheme is not compared: behind a TLS proxy the relay sees HTTP).
+func sameOrigin(origin, host string) bool {
+	_, rest, ok := strings.Cut(origin, "://")
+	return ok && strings.EqualFold(rest, host)
 }
