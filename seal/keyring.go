@@ -88,6 +88,16 @@ func (k *Keyring) Pinned(device string) (ed25519.PublicKey, bool) {
 	return key, ok
 }
 
+// Listed returns the key the directory last listed for device (Observe):
+// nil with true when it listed the device without a usable key, false when
+// it has not listed the device.
+func (k *Keyring) Listed(device string) (ed25519.PublicKey, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key, ok := k.listed[device]
+	return key, ok
+}
+
 // Observe takes in what the directory lists: a key of a device never seen
 // is pinned (and saved); a key that differs from the pin is reported, and
 // the pin kept. A key that is not a valid Ed25519 public key counts as no

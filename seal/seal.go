@@ -320,16 +320,14 @@ func parse(b []byte) (*envelope, error) {
 	}
 	e.nonce = r.bytes(nonceSize)
 	e.headerEnd = r.off
-	length := r.uint32()
-	if r.bad || uint64(length) > uint64(len(b)-r.off) {
-		return nil, fmt.Errorf("%w: body cut short", ErrMalformed)
-	}
-	e.ciphertext = r.bytes(int(length))
+	// A length past the end fails the read (r.bytes) before any
+	// allocation: nothing here allocates by a declared length.
+	e.ciphertext = r.bytes(int(r.uint32()))
 	e.bodyEnd = r.off
 	r.bytes(sigSize)
 	switch {
 	case r.bad:
-		return nil, fmt.Errorf("%w: signature cut short", ErrMalformed)
+		return nil, fmt.Errorf("%w: body or signature cut short", ErrMalformed)
 	case r.off != len(b):
 		return nil, fmt.Errorf("%w: %d bytes after the signature", ErrMalformed, len(b)-r.off)
 	}

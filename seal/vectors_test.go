@@ -316,9 +316,11 @@ func buildVectors(tb testing.TB) vectorFile {
 	bad := bytes.Clone(one)
 	bad[fieldOf(tb, one, "household").off+1] = ' '
 	invalid("a space in the household's name", "home", "msg-1", "laptop", "phone", resign(tb, bad, "laptop"), "malformed")
-	zero := bytes.Clone(one)
-	zero[fieldOf(tb, one, "count").off] = 0
-	invalid("no recipients", "home", "msg-1", "laptop", "phone", zero, "malformed")
+	// Well formed but for a count of 0: the only slot cut out.
+	count, slot := fieldOf(tb, one, "count"), fieldOf(tb, one, "nonce")
+	zero := append(bytes.Clone(one[:count.off]), 0)
+	zero = append(zero, one[slot.off:]...)
+	invalid("no recipients", "home", "msg-1", "laptop", "phone", resign(tb, zero, "laptop"), "malformed")
 	return v
 }
 
@@ -379,10 +381,10 @@ func checkVectors(t *testing.T, v vectorFile) {
 
 // TestTampering seals every case afresh and checks that each opens, or
 // fails with its own typed error. Each guard of Open was removed once and
-// this test went red (see the report in docs/E2E.md's history): the magic,
-// version, length, count, name and trailing-byte checks of the parser, the
-// household, id and sender comparisons, the pin comparison, the
-// signature, the slot's name and key id, and HPKE's info.
+// this test (and TestVectors) went red: the parser's magic, version,
+// name, count, repeated-recipient and trailing-byte checks; the household,
+// id and sender comparisons; the unknown sender and the pin comparison;
+// the signature; the slot's recipient name and its key id.
 func TestTampering(t *testing.T) {
 	checkVectors(t, buildVectors(t))
 }
