@@ -13,10 +13,15 @@ import (
 // Register creates the token's device or, when it exists, counts as its
 // activity; it returns the device's cursor as the relay knows it. A device
 // need not register before it polls (its first poll registers it), but a
-// recipient must exist before anyone can send to it.
-func (c *Client) Register(ctx context.Context) (Registration, error) {
+// recipient must exist before anyone can send to it. opts publish the
+// device's identity key or push target (WithIdentityKey, WithPushTarget).
+func (c *Client) Register(ctx context.Context, opts ...RegisterOption) (Registration, error) {
+	var req registerRequest
+	for _, o := range opts {
+		o(&req)
+	}
 	var out Registration
-	err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/register", struct{}{}, http.StatusOK, &out)
+	err := c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/register", req, http.StatusOK, &out)
 	return out, err
 }
 

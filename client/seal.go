@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+
+	"github.com/flamenet/relay/seal"
+)
+
+// Sealer sends and receives sealed envelopes (package seal, docs/E2E.md)
+// as one device: it seals with the device's identity to the keys its
+// keyring pinned from the household's directory, and opens with them.
+// It is safe for concurrent use.
+type Sealer struct {
+	c                 *Client
+	id                *seal.Identity
+	ring              *seal.Keyring
+	household, device string
+}
+
+// NewSealer registers id's public key as the device's identity key in the
+// directory (with opts, say a push target), learns the device's household
+// and name from the answer, and returns the device's Sealer. The keyring
+// pins the other devices' keys; reading the directory (Refresh, and
+// SendSealed and OpenEnvelope when they need to) reports changed keys
+// through it (seal.OnKeyChange).
+func (c *Client) NewSealer(ctx context.Context, id *seal.Identity, ring *seal.Keyring, opts ...RegisterOption) (*Sealer, error) {
+	reg, err := c.Register(ctx, append(opts, WithIdentityKey(id.Public()))...)
+	if err != nil {
+		return nil, fmt.Errorf("client: registering the identity key: %w", err)
+	}
+	return &Sealer{c: c, id: id, ring: ring, household: reg.Household, device: reg.Device}, nil
+}
+
+// Household is the device's household, as the relay named it.
+func (s *Sealer) Household() string { return s.household }
+
+// Device is the device's name, as the relay named it.
+func (s *Sealer) Device() string { return s.device }
+
+// Fingerprint is the device's own fingerprint, for people to compare.
+func (s *Sealer) Fingerprint() string { return s.id.Fingerprint() }
+
+// Refresh reads the whole directory into the keyring: keys never seen are
+// pinned, keys that differ from their pins are returned (and reported to
+// the keyring's OnKeyChange), their pins kept.
+func (s *Sealer) Refresh(ctx context.Context) ([]seal.KeyChange, error) {
+	dir, err := s.c.Directory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: reading the directory: %w", err)
+	}
+	ls := make([]seal.Listing, len(dir))
+	for i, d := range dir {
+		ls[i] = seal.Listing{Device: d.Device, Key: d.IdentityKey}
+	}
+	return s.ring.Observe(ctx, ls)
+}
+
+// TrustListed pins the key the directory now lists for device, replacing
+// its pin: what an app does once its user has compared the new key's
+// fingerprint (returned) out of band. A device listed without a key is
+// seal.ErrUnknownSender.
+func (s *Sealer) TrustListed(ctx context.Context, device string) (ed25519.PublicKey, error) {
+	if _, err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	key, _ := s.ring.Listed(device)
+	if key == nil {
+		return nil, fmt.Errorf("%w: the directory lists no key for %s", seal.ErrUnknownSender, device)
+	}
+	return key, s.ring.Trust(ctx, device, key)
+}
+
+// SendSealed reads the directory (Refresh), seals plaintext to the devices
+// in to with their pinned keys, and sends it as Send does, retrying with
+// the same id and the same sealed bytes. A recipient without a pinned key
+// or without a key in the directory is refused with seal.ErrUnknownSender,
+// one whose directory key differs from its pin with seal.ErrKeyChanged:
+// nothing is sent then.
+func (s *Sealer) SendSealed(ctx context.Context, id string, to []string, plaintext []byte) (SendResult, error) {
+	if _, err := s.Refresh(ctx); err != nil {
+		return SendResult{}, err
+	}
+	// The relay collapses repeats; a sealed envelope names each recipient
+	// once.
+	var devices []string
+	seen := map[string]bool{}
+	for _, d := range to {
+		if !seen[d] {
+			seen[d] = true
+			devices = append(devices, d)
+		}
+	}
+	rs, err := s.ring.Recipients(devices)
+	if err != nil {
+		return SendResult{}, fmt.Errorf("client: send %s: %w", id, err)
+	}
+	sealed, err := seal.Seal(seal.SealParams{Household: s.household, ID: id, Sender: s.device, Identity: s.id, Recipients: rs, Plaintext: plaintext})
+	if err != nil {
+		return SendResult{}, fmt.Errorf("client: send %s: %w", id, err)
+	}
+	return s.c.Send(ctx, id, devices, sealed)
+}
+
+// OpenEnvelope opens a delivered sealed envelope and returns its
+// plaintext. A sender without a pin is looked up in the directory first
+// (and pinned, on first use); a sender whose key differs from its pin
+// makes it read the directory too, so that the change is reported. Errors
+// are the seal package's (errors.Is, seal.Code), or the directory read's.
+func (s *Sealer) OpenEnvelope(ctx context.Context, e Envelope) ([]byte, error) {
+	p := seal.OpenParams{Household: s.household, Device: s.device, Identity: s.id, ID: e.ID, From: e.From, Sealed: e.Payload}
+	pt, err := s.ring.Open(p)
+	switch {
+	case errors.Is(err, seal.ErrUnknownSender):
+		if _, rerr := s.Refresh(ctx); rerr != nil {
+			return nil, rerr
+		}
+		return s.ring.Open(p)
+	case errors.Is(err, seal.ErrKeyChanged):
+		if _, rerr := s.Refresh(ctx); rerr != nil {
+			return nil, rerr
+		}
+	}
+	return pt, err
+}
+
+// SealedHandler processes one delivered envelope: its plaintext, or the
+// seal error (errors.Is, seal.Code) that kept it from opening. It returns
+// nil once done, as a Handler does; an envelope that does not open is
+// handed over once like any other, and the cursor moves past it when the
+// handler returns nil.
+type SealedHandler func(ctx context.Context, e Envelope, plaintext []byte, openErr error) error
+
+// ListenSealed is Listen for sealed envelopes: each is opened
+// (OpenEnvelope) before h gets it. A directory read that fails stops it,
+// with the envelope not acknowledged, as a Handler's error does.
+func (s *Sealer) ListenSealed(ctx context.Context, cursors CursorStore, h SealedHandler) error {
+	return s.c.Listen(ctx, cursors, func(ctx context.Context, e Envelope) error {
+		pt, err := s.OpenEnvelope(ctx, e)
+		if err != nil && seal.Code(err) == "" {
+			return err
+		}
+		return h(ctx, e, pt, err)
+	})
+}
