@@ -117,12 +117,14 @@ func logTo(stderr io.Writer, cmd string) client.Option {
 	})
 }
 
-const sendUsage = `usage: relay send [flags] -to dev1,dev2 [-id ID] [PAYLOAD | -file F | -]
+const sendUsage = `usage: relay send [flags] -to dev1,dev2 [-id ID] [-seal -identity F] [PAYLOAD | -file F | -]
 
 Sends PAYLOAD (the argument's bytes, the file's, or stdin's with "-" or no
 argument) to the named devices of the token's household, retrying with the
 same id until the relay stores it or refuses it for good, and prints the
-relay's answer as one JSON line.
+relay's answer as one JSON line. With -seal it registers the identity's key,
+reads the directory, and seals PAYLOAD to the recipients' pinned keys; a
+recipient whose key changed is refused until -trust names it.
 
 flags:`
 
@@ -134,6 +136,8 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 	id := fs.String("id", "", "the send's id, the same for every retry (default: 16 random bytes, base64url)")
 	file := fs.String("file", "", "send this file's bytes")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	var sf sealFlags
+	sf.bind(fs, "seal", "seal the payload end to end to the recipients' pinned keys (docs/E2E.md)")
 	if err := parseFlags(fs, args, getenv, sendUsage, stdout, stderr); err != nil {
 		return err
 	}
@@ -171,7 +175,12 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	res, err := c.Send(ctx, *id, recipients, payload)
+	var res client.SendResult
+	if sf.on {
+		res, err = sf.send(ctx, c, *id, recipients, payload, stderr)
+	} else {
+		res, err = c.Send(ctx, *id, recipients, payload)
+	}
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -183,11 +192,13 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 	return err
 }
 
-const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-count N]
+const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open -identity F]
 
 Holds polls for the token's device and prints each envelope once, in seq
 order, as one JSON line: {"seq","id","from","sent_at","payload" (base64)}.
 The cursor is saved to -cursor-file after each line (in memory without it).
+With -open it registers the identity's key and opens each sealed envelope:
+"payload" is the plaintext, or "error" names why it did not open.
 SIGINT or SIGTERM stops it cleanly.
 
 flags:`
@@ -208,6 +219,8 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	cursorFile := fs.String("cursor-file", "", "keep the cursor in this file (default: in memory, from 0)")
 	wait := fs.Int("wait", client.DefaultWait, "seconds a poll may be held")
 	count := fs.Int("count", 0, "exit after this many envelopes (0: never)")
+	var sf sealFlags
+	sf.bind(fs, "open", `open sealed envelopes (docs/E2E.md): "payload" is the plaintext, or "error" says why it did not open`)
 	if err := parseFlags(fs, args, getenv, listenUsage, stdout, stderr); err != nil {
 		return err
 	}
@@ -228,8 +241,8 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	handled := 0
-	err = c.Listen(ctx, cursors, func(ctx context.Context, e client.Envelope) error {
-		b, err := json.Marshal(envelopeLine(e))
+	emit := func(line any) error {
+		b, err := json.Marshal(line)
 		if err != nil {
 			return err
 		}
@@ -241,7 +254,14 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 			stop() // Listen saves this envelope's cursor, then returns
 		}
 		return nil
-	})
+	}
+	if sf.on {
+		err = sf.listen(ctx, c, cursors, emit, stderr)
+	} else {
+		err = c.Listen(ctx, cursors, func(ctx context.Context, e client.Envelope) error {
+			return emit(envelopeLine(e))
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
