@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -25,11 +26,19 @@ type Sealer struct {
 // and name from the answer, and returns the device's Sealer. The keyring
 // pins the other devices' keys; reading the directory (Refresh, and
 // SendSealed and OpenEnvelope when they need to) reports changed keys
-// through it (seal.OnKeyChange).
+// through it (seal.OnKeyChange); the device's own key it pins at once.
 func (c *Client) NewSealer(ctx context.Context, id *seal.Identity, ring *seal.Keyring, opts ...RegisterOption) (*Sealer, error) {
 	reg, err := c.Register(ctx, append(opts, WithIdentityKey(id.Public()))...)
 	if err != nil {
 		return nil, fmt.Errorf("client: registering the identity key: %w", err)
+	}
+	// The device's own key is the one it holds: a keyring that pinned an
+	// earlier identity of this device would report its own new key as a
+	// change and refuse what it seals to itself.
+	if pin, ok := ring.Pinned(reg.Device); !ok || !bytes.Equal(pin, id.Public()) {
+		if err := ring.Trust(ctx, reg.Device, id.Public()); err != nil {
+			return nil, err
+		}
 	}
 	return &Sealer{c: c, id: id, ring: ring, household: reg.Household, device: reg.Device}, nil
 }

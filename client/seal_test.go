@@ -149,6 +149,33 @@ func TestSealedKeyChange(t *testing.T) {
 	}
 }
 
+// TestSealedOwnNewKey: a device that makes a new identity but keeps its
+// keyring takes its own new key, not a change: it seals to itself and
+// opens what it sealed, and nothing is reported. Seen red without the own
+// pin in NewSealer.
+func TestSealedOwnNewKey(t *testing.T) {
+	r := newRelay(t, nil)
+	ctx := context.Background()
+	phone := newSealedDevice(t, r, "home", "phone")
+	if _, err := phone.s.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := seal.NewIdentity()
+	s, err := phone.c.NewSealer(ctx, id, phone.ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendSealed(ctx, "note", []string{"phone"}, []byte("to myself")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.OpenEnvelope(ctx, pollAll(t, phone.c)[0]); err != nil || string(got) != "to myself" {
+		t.Errorf("opened %q, %v", got, err)
+	}
+	if kc := phone.reported(); len(kc) != 0 {
+		t.Errorf("reported its own key: %v", kc)
+	}
+}
+
 // TestSealedUnknown: a device registered without a key, or not at all, is
 // not sealed to, and nothing is sent.
 func TestSealedUnknown(t *testing.T) {
