@@ -12,7 +12,8 @@
 //
 // Send, Poll and Ack make one request each through the *Once and plain
 // variants; Send and Listen retry as the protocol's "What a correct client
-// does" says.
+// does" says. A Sealer (NewSealer) sends and listens with envelopes sealed
+// end to end (package seal, docs/E2E.md).
 package client
 
 import (
