@@ -48,6 +48,13 @@ func IdentityFromSeed(seed []byte) (*Identity, error) {
 	return &Identity{priv: ed25519.NewKeyFromSeed(seed), x: x}, nil
 }
 
+// String names the identity by its fingerprint; the seed never shows in
+// logs or %v.
+func (id *Identity) String() string { return "seal.Identity(" + id.Fingerprint() + ")" }
+
+// GoString is String, for %#v.
+func (id *Identity) GoString() string { return id.String() }
+
 // Seed is the identity's secret: keep it as the app keeps its other
 // secrets (SaveIdentity writes it to a 0600 file).
 func (id *Identity) Seed() []byte { return id.priv.Seed() }

@@ -11,7 +11,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 )
 
@@ -225,10 +224,10 @@ func (f FileStore) Load(context.Context) (map[string]ed25519.PublicKey, error) {
 // Save replaces the file atomically and durably.
 func (f FileStore) Save(_ context.Context, pins map[string]ed25519.PublicKey) error {
 	pf := pinFile{Pins: make(map[string][]byte, len(pins))}
-	for _, d := range slices.Sorted(maps.Keys(pins)) {
-		pf.Pins[d] = pins[d]
+	for d, key := range pins {
+		pf.Pins[d] = key
 	}
-	b, err := json.MarshalIndent(pf, "", "  ")
+	b, err := json.MarshalIndent(pf, "", "  ") // map keys sorted
 	if err != nil {
 		return err
 	}

@@ -224,6 +224,23 @@ func TestIdentityFile(t *testing.T) {
 	}
 }
 
+// TestIdentityPrints: formatting an identity, as a log line might, shows
+// its fingerprint and never its seed or private keys. Seen red without
+// String and GoString.
+func TestIdentityPrints(t *testing.T) {
+	id := newIdentity(t)
+	seed := id.Seed()
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%q"} {
+		out := fmt.Sprintf(verb, id)
+		if strings.Contains(out, hex.EncodeToString(seed)) || strings.Contains(out, string(seed)) || strings.Contains(out, fmt.Sprint(seed)) || strings.Contains(out, fmt.Sprint(seed[:4])[1:8]) {
+			t.Errorf("%s shows the seed: %s", verb, out)
+		}
+	}
+	if out := fmt.Sprint(id); !strings.Contains(out, id.Fingerprint()) {
+		t.Errorf("%%v is %q, not the fingerprint", out)
+	}
+}
+
 type failingStore struct{ seal.MemoryStore }
 
 func (*failingStore) Save(context.Context, map[string]ed25519.PublicKey) error {
