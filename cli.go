@@ -150,6 +150,9 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if len(recipients) == 0 {
 		return usageErr("send: -to names no device")
 	}
+	if err := sf.check("seal"); err != nil {
+		return err
+	}
 	if fs.NArg() > 1 || (fs.NArg() == 1 && *file != "") {
 		return usageErr("send: give one payload: an argument, -file or stdin")
 	}
@@ -229,6 +232,9 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if *wait < 1 || *count < 0 {
 		return usageErr("listen: -wait must be at least 1 and -count not negative")
+	}
+	if err := sf.check("open"); err != nil {
+		return err
 	}
 	c, err := cf.client(getenv, client.WithWait(*wait), logTo(stderr, "listen"))
 	if err != nil {

@@ -26,6 +26,15 @@ func (f *sealFlags) bind(fs *flag.FlagSet, name, usage string) {
 	fs.StringVar(&f.trust, "trust", "", "with -"+name+": comma-separated devices whose key, as the directory lists it now, replaces their pin (compare its fingerprint first)")
 }
 
+// check refuses -identity, -keyring and -trust without -seal (-open), which
+// would otherwise send or print plain envelopes unasked.
+func (f *sealFlags) check(name string) error {
+	if !f.on && (f.identity != "" || f.keyring != "" || f.trust != "") {
+		return usageErr("-identity, -keyring and -trust go with -%s", name)
+	}
+	return nil
+}
+
 // sealer loads or creates the identity, opens the keyring, registers the
 // identity's key and trusts the devices -trust names.
 func (f *sealFlags) sealer(ctx context.Context, c *client.Client, stderr io.Writer) (*client.Sealer, error) {

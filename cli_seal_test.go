@@ -154,13 +154,22 @@ func TestSealedCLI(t *testing.T) {
 	}
 }
 
-// TestSealedCLIUsage: -seal and -open need an identity file.
+// TestSealedCLIUsage: -seal and -open need an identity file, and an
+// identity file without -seal or -open is a mistake, not a plain send.
 func TestSealedCLIUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"send", "-token", "t", "-to", "phone", "-seal", "x"},
 		{"listen", "-token", "t", "-open"},
+		{"send", "-token", "t", "-to", "phone", "-identity", "laptop.id", "x"},
+		{"listen", "-token", "t", "-identity", "phone.id"},
+		{"listen", "-token", "t", "-trust", "laptop"},
 	} {
-		err := run(context.Background(), args, env(nil), io.Discard, io.Discard)
+		// Nothing listens at the URL; a command that went ahead would retry
+		// until the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		full := append([]string{args[0], "-url", "http://127.0.0.1:1"}, args[1:]...)
+		err := run(ctx, full, env(nil), io.Discard, io.Discard)
+		cancel()
 		var exit *exitError
 		if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(err.Error(), "-identity") {
 			t.Errorf("%q: %v, want exit 2 naming -identity", args, err)
