@@ -45,6 +45,8 @@ var wireSchemas = map[string]string{
 	"PollResponse":     "PollResponse",
 	"AckRequest":       "AckRequest",
 	"ErrorBody":        "Error",
+	"Device":           "Device",
+	"DevicesResponse":  "DevicesResponse",
 }
 
 // TestTypeScriptWireTypes holds the TypeScript client's wire types to
@@ -151,6 +153,20 @@ func tsTypes(p *openapi3.SchemaRef, schemaOf map[string]string) []string {
 		return []string{iface}
 	}
 	s := p.Value
+	if s.Type.IncludesNull() && len(s.Type.Slice()) == 2 {
+		// [T, 'null']: the TypeScript type is T's, or null.
+		other := *s
+		for _, typ := range s.Type.Slice() {
+			if typ != "null" {
+				other.Type = &openapi3.Types{typ}
+			}
+		}
+		var out []string
+		for _, t := range tsTypes(&openapi3.SchemaRef{Value: &other}, schemaOf) {
+			out = append(out, t+" | null")
+		}
+		return out
+	}
 	switch {
 	case s.Type.Is("integer"), s.Type.Is("number"):
 		return []string{"number"}

@@ -135,6 +135,15 @@ export class RelayClient {
     return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
   }
 
+  /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
+  async devices(opts: { limit?: number; after?: string; signal?: AbortSignal } = {}): Promise<wire.DevicesResponse> {
+    const q = new URLSearchParams();
+    if (opts.limit !== undefined) q.set("limit", String(opts.limit));
+    if (opts.after !== undefined) q.set("after", opts.after);
+    const path = q.toString() ? `/v1/devices?${q}` : "/v1/devices";
+    return (await this.request<wire.DevicesResponse>("GET", path, undefined, 200, this.requestTimeoutMs, opts.signal))!;
+  }
+
   /**
    * Exactly one send request. A RelayError says how the relay refused; a
    * NoAnswerError means whether it stored the send is unknown: send again

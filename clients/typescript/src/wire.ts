@@ -70,6 +70,24 @@ export interface AckRequest {
   cursor: number;
 }
 
+/** One device of the directory (schema Device). */
+export interface Device {
+  device: string;
+  /** Standard base64 of the registered Ed25519 public key; null without one. */
+  identity_key: string | null;
+  /** Standard base64 of its X25519 form; null without one. */
+  x25519_key: string | null;
+  registered_at: string;
+  last_seen: string;
+}
+
+/** GET /v1/devices's 200 (schema DevicesResponse). */
+export interface DevicesResponse {
+  devices: Device[];
+  /** Present when another page follows: pass it as after. */
+  next?: string;
+}
+
 /** Every error answer's body (schema Error). */
 export interface ErrorBody {
   error: string;
