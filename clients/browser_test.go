@@ -101,20 +101,10 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	// Written once the relay runs, after the server started: the page
 	// reads it through Chromium, which the race detector cannot see.
 	var cfg atomic.Pointer[[]byte]
-	mux := http.NewServeMux()
-	mux.Handle("GET /", http.FileServer(http.Dir(filepath.Join("testdata", "browser"))))
-	mux.Handle("GET /client/", http.StripPrefix("/client/", http.FileServer(http.Dir(filepath.Join(tsDir, "dist")))))
+	mux := pageMux(results)
 	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(*cfg.Load())
-	})
-	mux.HandleFunc("POST /result", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		select {
-		case results <- b:
-		default:
-		}
-		w.WriteHeader(http.StatusNoContent)
 	})
 	page := httptest.NewServer(mux)
 	t.Cleanup(page.Close)
@@ -136,11 +126,44 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	}
 	cfg.Store(&conf)
 
+	var res pageResult
+	b := openPage(t, chromium, page.URL+"/", results)
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("the page reported %q: %v", b, err)
+	}
+	t.Logf("the page reported %s", b)
+	return res
+}
+
+// pageMux serves testdata/browser at /, the compiled client at /client/
+// and its dependencies at /node_modules/ (the pages map them with an
+// import map), and sends what a page POSTs to /result to results.
+func pageMux(results chan<- []byte) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /", http.FileServer(http.Dir(filepath.Join("testdata", "browser"))))
+	mux.Handle("GET /client/", http.StripPrefix("/client/", http.FileServer(http.Dir(filepath.Join(tsDir, "dist")))))
+	mux.Handle("GET /node_modules/", http.StripPrefix("/node_modules/", http.FileServer(http.Dir(filepath.Join(tsDir, "node_modules")))))
+	mux.HandleFunc("POST /result", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		select {
+		case results <- b:
+		default:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// openPage opens url in headless Chromium and returns what the page
+// POSTed to /result (received on results); Chromium and all its helpers
+// are ended before it returns.
+func openPage(t *testing.T, chromium, url string, results <-chan []byte) []byte {
+	t.Helper()
 	profile := t.TempDir()
 	var out bytes.Buffer
 	cmd := exec.Command(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-		"--user-data-dir="+profile, page.URL+"/")
+		"--user-data-dir="+profile, url)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group: Chromium's helpers are ended with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -172,12 +195,7 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 		t.Fatalf("no report from the page within 60 s; chromium said:\n%s", out.String())
 	}
 	stop()
-	var res pageResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatalf("the page reported %q: %v", b, err)
-	}
-	t.Logf("the page reported %s", b)
-	return res
+	return b
 }
 
 // noneLeft fails the test if a process of the Chromium profile still runs.

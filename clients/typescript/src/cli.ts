@@ -9,12 +9,19 @@ import { RelayClient, newId } from "./client.js";
 import type { Envelope } from "./client.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { encodeBase64 } from "./base64.js";
-import { FileCursorStore } from "./node.js";
+import { Keyring } from "./keyring.js";
+import { FileCursorStore, FilePinStore, loadIdentity } from "./node.js";
+import { fingerprint } from "./seal.js";
+import { SealedClient } from "./sealed.js";
 
 const USAGE = `usage:
-  cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [PAYLOAD | -file F | -]
-  cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N]
+  cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [-seal] [PAYLOAD | -file F | -]
+  cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open]
 common flags:
+  -seal, -open    seal what is sent to the recipients' pinned keys; open
+                  what is received (refused envelopes are told on stderr)
+  -identity F     with -seal/-open: the device's seed (64 hex digits; made if missing)
+  -pins F         with -seal/-open: the pinned keys (default: the identity file + .pins)
   -url URL        relay base URL (env FN_RELAY_URL, default http://127.0.0.1:8080)
   -token T        bearer token; else -token-file F; else env FN_TOKEN
   -token-file F   file holding the token
@@ -30,7 +37,7 @@ type Flags = Map<string, string>;
  * leading "--" allowed; flags end at the first argument that is not one,
  * at a lone "-", or after "--".
  */
-function parseFlags(args: string[], known: string[]): { flags: Flags; rest: string[] } {
+function parseFlags(args: string[], known: string[], bools: string[] = []): { flags: Flags; rest: string[] } {
   const flags: Flags = new Map();
   let i = 0;
   for (; i < args.length; i++) {
@@ -48,7 +55,14 @@ function parseFlags(args: string[], known: string[]): { flags: Flags; rest: stri
       name = name.slice(0, eq);
     }
     if (name === "h" || name === "help") throw new UsageError("");
-    if (!known.includes(name)) throw new UsageError(`flag provided but not defined: -${name}`);
+    if (!known.includes(name) && !bools.includes(name)) throw new UsageError(`flag provided but not defined: -${name}`);
+    if (bools.includes(name)) {
+      // As Go's boolean flags: -name alone is true; a value only after "=".
+      value ??= "true";
+      if (!["true", "false", "1", "0", "t", "f", "TRUE", "FALSE", "True", "False"].includes(value)) throw new UsageError(`invalid boolean value ${JSON.stringify(value)} for -${name}`);
+      flags.set(name, ["true", "1", "t", "TRUE", "True"].includes(value) ? "true" : "false");
+      continue;
+    }
     if (value === undefined) {
       if (i + 1 >= args.length) throw new UsageError(`flag needs an argument: -${name}`);
       value = args[++i]!;
@@ -115,7 +129,7 @@ function writeLine(line: string): Promise<void> {
 }
 
 async function send(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const { flags, rest } = parseFlags(args, [...COMMON, "to", "id", "file", "timeout"]);
+  const { flags, rest } = parseFlags(args, [...COMMON, ...SEAL_FLAGS, "to", "id", "file", "timeout"], ["seal"]);
   if (rest.length > 1) throw new UsageError(`send takes one payload argument, got ${rest.length}`);
   const to = (flags.get("to") ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
   if (to.length === 0) throw new UsageError("send needs -to dev1,dev2");
@@ -136,13 +150,15 @@ async function send(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   } else {
     payload = await readStdin();
   }
-  const res = await client.send(to, payload, { id, signal: AbortSignal.timeout(Math.max(timeoutMs, 1)) });
+  const signal = AbortSignal.timeout(Math.max(timeoutMs, 1));
+  if (flags.get("seal") === "true") payload = await (await sealedFrom(client, flags, signal)).seal(id, to, payload);
+  const res = await client.send(to, payload, { id, signal });
   await writeLine(JSON.stringify({ id: res.id, deliveries: res.deliveries.map((d) => ({ device: d.device, seq: d.seq })) }));
   return 0;
 }
 
 async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const { flags, rest } = parseFlags(args, [...COMMON, "cursor-file", "wait", "count"]);
+  const { flags, rest } = parseFlags(args, [...COMMON, ...SEAL_FLAGS, "cursor-file", "wait", "count"], ["open"]);
   if (rest.length > 0) throw new UsageError(`listen takes no arguments, got ${JSON.stringify(rest[0])}`);
   const wait = wholeNumber("wait", flags.get("wait") ?? "20", 1);
   const count = wholeNumber("count", flags.get("count") ?? "0", 0);
@@ -153,16 +169,64 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   let handled = 0;
+  // Stopping in a handler still lets listen persist that envelope's
+  // cursor: it checks the signal only before the next one.
+  const counted = () => {
+    if (count > 0 && ++handled >= count) stop.abort();
+  };
+  const print = (e: Envelope, payload: Uint8Array) => writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: encodeBase64(payload) }));
+  if (flags.get("open") === "true") {
+    const sealed = await sealedFrom(client, flags, stop.signal);
+    await sealed.listen(
+      async (e) => {
+        await print(e, e.plaintext);
+        counted();
+      },
+      {
+        cursorStore,
+        signal: stop.signal,
+        wait,
+        // Refused envelopes are told on stderr and skipped; they count towards -count.
+        onRefused: (e, err) => {
+          process.stderr.write(`relay-client: seq ${e.seq} (id ${JSON.stringify(e.id)} from ${e.from}) refused: ${err.message}\n`);
+          counted();
+        },
+      },
+    );
+    return 0;
+  }
   await client.listen(
     async (e: Envelope) => {
-      await writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: encodeBase64(e.payload) }));
-      // Stopping here still lets listen persist this envelope's cursor:
-      // it checks the signal only before the next one.
-      if (count > 0 && ++handled >= count) stop.abort();
+      await print(e, e.payload);
+      counted();
     },
     { cursorStore, signal: stop.signal, wait },
   );
   return 0;
+}
+
+const SEAL_FLAGS = ["identity", "pins"];
+
+/**
+ * The device's sealing side for -seal and -open: its identity from
+ * -identity (a new one is made if the file does not exist), its pins from
+ * -pins (default: the identity file's name plus ".pins"), registered with
+ * the relay and the directory read. A changed key is told on stderr.
+ */
+async function sealedFrom(client: RelayClient, flags: Flags, signal: AbortSignal): Promise<SealedClient> {
+  const identityFile = flags.get("identity");
+  if (!identityFile) throw new UsageError("-seal and -open need -identity FILE (the device's seed; made if missing)");
+  const identity = await loadIdentity(identityFile);
+  const keyring = await Keyring.load(new FilePinStore(flags.get("pins") || `${identityFile}.pins`));
+  const sealed = await SealedClient.register(client, identity, keyring, { signal });
+  // Every change not yet trusted, also those seen by an earlier run.
+  for (const c of keyring.changes()) {
+    process.stderr.write(
+      `relay-client: ${c.device}'s key changed in the directory: pinned ${await fingerprint(c.pinned)}, now ${await fingerprint(c.seen)}; ` +
+        `neither sealed to nor trusted until its pin is changed\n`,
+    );
+  }
+  return sealed;
 }
 
 async function main(argv: string[]): Promise<number> {

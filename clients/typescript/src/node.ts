@@ -1,28 +1,66 @@
-// Node-only parts of the client: a cursor kept in a file.
+// Node-only parts of the client: a cursor, pins and an identity kept in files.
 import { randomBytes } from "node:crypto";
 import { open, readFile, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
 import type { CursorStore } from "./cursor.js";
+import type { PinStore } from "./keyring.js";
+import { Identity } from "./seal.js";
 
 /**
- * A cursor kept in a file as its decimal digits and a newline. save writes
- * a temporary file beside it, syncs it, renames it over the old one and
- * syncs the directory, so a crash leaves the old cursor or the new one,
- * never a torn file.
+ * Writes data to path so that a crash leaves the old contents or the new,
+ * never a torn file: a temporary file beside it (mode 0600), synced,
+ * renamed over the old one, and the directory synced.
+ */
+async function writeAtomic(path: string, data: string): Promise<void> {
+  const dir = dirname(path);
+  const tmp = join(dir, `.${basename(path)}.${randomBytes(6).toString("hex")}.tmp`);
+  const f = await open(tmp, "wx", 0o600);
+  try {
+    await f.writeFile(data);
+    await f.sync();
+  } catch (e) {
+    await f.close();
+    await unlink(tmp).catch(() => {});
+    throw e;
+  }
+  await f.close();
+  try {
+    await rename(tmp, path);
+  } catch (e) {
+    await unlink(tmp).catch(() => {});
+    throw e;
+  }
+  // The rename is durable once the directory is.
+  const d = await open(dir, "r");
+  try {
+    await d.sync();
+  } finally {
+    await d.close();
+  }
+}
+
+/** The file's text, or undefined when it does not exist. */
+async function readIfThere(path: string, what: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw new Error(`${what} ${path}: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+/**
+ * A cursor kept in a file as its decimal digits and a newline, written
+ * atomically (a crash leaves the old cursor or the new one).
  */
 export class FileCursorStore implements CursorStore {
   constructor(readonly path: string) {}
 
   /** The file's cursor; a missing file is 0. */
   async load(): Promise<number> {
-    let text: string;
-    try {
-      text = await readFile(this.path, "utf8");
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT") return 0;
-      throw new Error(`cursor file ${this.path}: ${(e as Error).message}`, { cause: e });
-    }
+    const text = await readIfThere(this.path, "cursor file");
+    if (text === undefined) return 0;
     const t = text.trim();
     if (!/^\d{1,19}$/.test(t) || !Number.isSafeInteger(Number(t))) {
       throw new Error(`cursor file ${this.path} does not hold a cursor: ${JSON.stringify(text.slice(0, 40))}`);
@@ -32,30 +70,35 @@ export class FileCursorStore implements CursorStore {
 
   async save(cursor: number): Promise<void> {
     if (!Number.isSafeInteger(cursor) || cursor < 0) throw new Error(`cursor ${cursor} is not a whole number`);
-    const dir = dirname(this.path);
-    const tmp = join(dir, `.${basename(this.path)}.${randomBytes(6).toString("hex")}.tmp`);
-    const f = await open(tmp, "wx", 0o600);
-    try {
-      await f.writeFile(`${cursor}\n`);
-      await f.sync();
-    } catch (e) {
-      await f.close();
-      await unlink(tmp).catch(() => {});
-      throw e;
-    }
-    await f.close();
-    try {
-      await rename(tmp, this.path);
-    } catch (e) {
-      await unlink(tmp).catch(() => {});
-      throw e;
-    }
-    // The rename is durable once the directory is.
-    const d = await open(dir, "r");
-    try {
-      await d.sync();
-    } finally {
-      await d.close();
-    }
+    await writeAtomic(this.path, `${cursor}\n`);
   }
+}
+
+/** A keyring's pins kept in a file (JSON, mode 0600), written atomically. */
+export class FilePinStore implements PinStore {
+  constructor(readonly path: string) {}
+
+  load(): Promise<string | undefined> {
+    return readIfThere(this.path, "pin file");
+  }
+
+  save(data: string): Promise<void> {
+    return writeAtomic(this.path, data + "\n");
+  }
+}
+
+/**
+ * The identity whose seed the file holds (64 hex digits); a missing file
+ * gets a new identity's seed (mode 0600), kept for the next time.
+ */
+export async function loadIdentity(path: string): Promise<Identity> {
+  const text = await readIfThere(path, "identity file");
+  if (text === undefined) {
+    const id = await Identity.generate();
+    await writeAtomic(path, Buffer.from(id.seed).toString("hex") + "\n");
+    return id;
+  }
+  const t = text.trim();
+  if (!/^[0-9a-fA-F]{64}$/.test(t)) throw new Error(`identity file ${path} does not hold a seed (64 hex digits)`);
+  return Identity.fromSeed(new Uint8Array(Buffer.from(t, "hex")));
 }

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { RelayClient } from "../index.js";
+import { Keyring, MemoryPinStore, RelayClient, SealedClient } from "../index.js";
+import { loadIdentity } from "../node.js";
 import { FaultyProxy, cliPath, household, removeAtExit, startRelay, stopProcess, track } from "./relay.js";
 import type { Relay } from "./relay.js";
 
@@ -189,4 +190,27 @@ describe("listen", () => {
       await stopProcess(child);
     });
   }
+});
+
+describe("sealed", () => {
+  test("send -seal and listen -open: the relay holds sealed bytes, listen prints the plaintext; identity and pins are kept in files", async () => {
+    const { phone, laptop, common } = await setup();
+    const phoneId = join(dir, `${household()}-phone.seed`);
+    const laptopId = join(dir, `${household()}-laptop.seed`);
+    // phone publishes its key first, from the seed file it makes.
+    await SealedClient.register(new RelayClient({ url: relay.url, token: phone }), await loadIdentity(phoneId), await Keyring.load(new MemoryPinStore()));
+    let r = await cli(["send", ...common, "-token", laptop, "-seal", "-identity", laptopId, "-to", "phone", "-id", "sealed-1", "secret"]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, '{"id":"sealed-1","deliveries":[{"device":"phone","seq":1}]}\n');
+    assert.match(await readFile(phoneId, "utf8"), /^[0-9a-f]{64}\n$/);
+    assert.match(await readFile(`${laptopId}.pins`, "utf8"), /"phone"/);
+
+    const raw = await new RelayClient({ url: relay.url, token: phone }).poll({ cursor: 0 });
+    assert.deepEqual([...raw.envelopes[0]!.payload.subarray(0, 4)], [0x46, 0x4e, 0x45, 0x01]);
+
+    r = await cli(["listen", ...common, "-token", phone, "-open", "-identity", phoneId, "-count", "1", "-wait", "5"]);
+    assert.equal(r.code, 0, r.stderr);
+    const line = JSON.parse(r.stdout) as { id: string; from: string; payload: string };
+    assert.deepEqual([line.id, line.from, Buffer.from(line.payload, "base64").toString()], ["sealed-1", "laptop", "secret"]);
+  });
 });

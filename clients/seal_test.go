@@ -1,0 +1,206 @@
+//go:build linux
+
+package clients
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// peerJob and peerResult are typescript/src/test/peer.ts's PeerJob and
+// PeerResult: one device of a sealed round trip.
+type peerJob struct {
+	Relay     string    `json:"relay"`
+	Token     string    `json:"token"`
+	Seed      string    `json:"seed"`
+	Send      *peerSend `json:"send,omitempty"`
+	Receive   int       `json:"receive"`
+	TimeoutMs int       `json:"timeoutMs"`
+}
+
+type peerSend struct {
+	ID        string   `json:"id"`
+	To        []string `json:"to"`
+	Plaintext string   `json:"plaintext"`
+}
+
+type peerResult struct {
+	OK        bool   `json:"ok"`
+	Error     string `json:"error"`
+	Device    string `json:"device"`
+	PublicKey string `json:"publicKey"`
+	Got       []struct {
+		ID        string `json:"id"`
+		From      string `json:"from"`
+		Plaintext string `json:"plaintext"`
+	} `json:"got"`
+	Refused []struct {
+		ID   string `json:"id"`
+		From string `json:"from"`
+		Code string `json:"code"`
+	} `json:"refused"`
+	LocalStorage *bool `json:"localStorage"`
+}
+
+// received is what a peer opened, as "from: plaintext", sorted.
+func (r peerResult) received() []string {
+	var out []string
+	for _, g := range r.Got {
+		out = append(out, g.From+": "+g.Plaintext)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sealDevice is a device of the round trip with its identity.
+type sealDevice struct {
+	name  string
+	seed  []byte
+	token string
+}
+
+func newSealDevice(t *testing.T, relay *relayProc, hh, name string) sealDevice {
+	t.Helper()
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		t.Fatal(err)
+	}
+	d := sealDevice{name: name, seed: seed, token: relay.token(t, hh, name)}
+	// Registered with its key before anyone seals: a sender seals only to
+	// keys the directory lists.
+	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	body, _ := json.Marshal(map[string]string{"identity_key": base64.StdEncoding.EncodeToString(pub)})
+	req, err := http.NewRequest("POST", relay.URL+"/v1/register", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("register %s: %s", name, resp.Status)
+	}
+	return d
+}
+
+func (d sealDevice) job(relay *relayProc, send *peerSend, receive int) peerJob {
+	return peerJob{Relay: relay.URL, Token: d.token, Seed: hex.EncodeToString(d.seed), Send: send, Receive: receive, TimeoutMs: 30_000}
+}
+
+// runNodePeer runs typescript/dist/test/peer-main.js with job.
+func runNodePeer(t *testing.T, job peerJob) (peerResult, error) {
+	in, err := json.Marshal(job)
+	if err != nil {
+		return peerResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(tsDir, "dist", "test", "peer-main.js"))
+	cmd.Env = cleanEnv()
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	dieWithTest(cmd)
+	out, err := cmd.Output()
+	if err != nil {
+		return peerResult{}, fmt.Errorf("node peer: %w\n%s", err, stderr.String())
+	}
+	var res peerResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return peerResult{}, fmt.Errorf("node peer printed %q: %w", out, err)
+	}
+	t.Logf("node peer: %s", bytes.TrimSpace(out))
+	return res, nil
+}
+
+// TestSealedRoundTrips seals and opens across implementations through a
+// real relay: a device in Node and a device in headless Chromium (the
+// browser's WebCrypto) each seal one envelope to both, so that each opens
+// one sealed by the other and one sealed by itself: Node to Chromium,
+// Chromium to Node, Node to Node and Chromium to Chromium. The page also
+// keeps pins in localStorage and reads them back.
+func TestSealedRoundTrips(t *testing.T) {
+	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
+	need(t, "node")
+	buildTypeScript(t)
+
+	results := make(chan []byte, 1)
+	var job atomic.Pointer[[]byte]
+	mux := pageMux(results)
+	mux.HandleFunc("GET /job.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(*job.Load())
+	})
+	page := httptest.NewServer(mux)
+	t.Cleanup(page.Close)
+	relay := startRelay(t, "FN_CORS_ORIGINS="+page.URL)
+
+	const hh = "home"
+	node := newSealDevice(t, relay, hh, "node")
+	browser := newSealDevice(t, relay, hh, "browser")
+	all := []string{"browser", "node"}
+
+	bj, err := json.Marshal(browser.job(relay, &peerSend{ID: "from-browser", To: all, Plaintext: "sealed in Chromium"}, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Store(&bj)
+
+	var (
+		wg      sync.WaitGroup
+		nodeRes peerResult
+		nodeErr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		nodeRes, nodeErr = runNodePeer(t, node.job(relay, &peerSend{ID: "from-node", To: all, Plaintext: "sealed in Node"}, 2))
+	}()
+	b := openPage(t, chromium, page.URL+"/seal.html", results)
+	wg.Wait()
+	t.Logf("the page reported %s", b)
+	var browserRes peerResult
+	if err := json.Unmarshal(b, &browserRes); err != nil {
+		t.Fatalf("the page reported %q: %v", b, err)
+	}
+	if nodeErr != nil {
+		t.Fatal(nodeErr)
+	}
+
+	want := []string{"browser: sealed in Chromium", "node: sealed in Node"}
+	for name, r := range map[string]peerResult{"node": nodeRes, "browser": browserRes} {
+		if !r.OK || len(r.Refused) > 0 {
+			t.Errorf("%s: %+v", name, r)
+			continue
+		}
+		if got := r.received(); !slices.Equal(got, want) {
+			t.Errorf("%s opened %q, want %q", name, got, want)
+		}
+	}
+	if want := hex.EncodeToString(ed25519.NewKeyFromSeed(browser.seed).Public().(ed25519.PublicKey)); browserRes.PublicKey != want {
+		t.Errorf("the browser's public key from its seed is %s, want %s", browserRes.PublicKey, want)
+	}
+	if browserRes.LocalStorage == nil || !*browserRes.LocalStorage {
+		t.Errorf("pins kept in localStorage did not read back: %v", browserRes.LocalStorage)
+	}
+}
