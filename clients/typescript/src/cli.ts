@@ -18,10 +18,13 @@ const USAGE = `usage:
   cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [-seal] [PAYLOAD | -file F | -]
   cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open]
 common flags:
-  -seal, -open    seal what is sent to the recipients' pinned keys; open
-                  what is received (refused envelopes are told on stderr)
-  -identity F     with -seal/-open: the device's seed (64 hex digits; made if missing)
-  -pins F         with -seal/-open: the pinned keys (default: the identity file + .pins)
+  -seal           send: seal the payload to the recipients' pinned keys
+  -open           listen: open sealed envelopes: "payload" is the plaintext,
+                  or null with "error" saying why it did not open
+  -identity F     with -seal/-open: the device's seed file, created 0600 when missing
+  -keyring F      with -seal/-open: the pinned keys (default: the identity file + .pins)
+  -trust D1,D2    with -seal/-open: these devices' keys, as the directory lists
+                  them now, replace their pins (compare the fingerprints first)
   -url URL        relay base URL (env FN_RELAY_URL, default http://127.0.0.1:8080)
   -token T        bearer token; else -token-file F; else env FN_TOKEN
   -token-file F   file holding the token
@@ -186,9 +189,11 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
         cursorStore,
         signal: stop.signal,
         wait,
-        // Refused envelopes are told on stderr and skipped; they count towards -count.
-        onRefused: (e, err) => {
-          process.stderr.write(`relay-client: seq ${e.seq} (id ${JSON.stringify(e.id)} from ${e.from}) refused: ${err.message}\n`);
+        // An envelope that does not open is a line too: payload null, and
+        // the code of the check that refused it.
+        onRefused: async (e, err) => {
+          process.stderr.write(`relay-client: envelope ${e.seq} from ${e.from} does not open: ${err.message}\n`);
+          await writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: null, error: err.code }));
           counted();
         },
       },
@@ -205,25 +210,35 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   return 0;
 }
 
-const SEAL_FLAGS = ["identity", "pins"];
+const SEAL_FLAGS = ["identity", "keyring", "trust"];
 
 /**
- * The device's sealing side for -seal and -open: its identity from
- * -identity (a new one is made if the file does not exist), its pins from
- * -pins (default: the identity file's name plus ".pins"), registered with
- * the relay and the directory read. A changed key is told on stderr.
+ * The device's sealing side for -seal and -open, as the relay binary's:
+ * its identity from -identity (made if the file does not exist), its pins
+ * from -keyring, registered with the relay, the directory read, and the
+ * devices -trust names trusted. Changes are told on stderr.
  */
 async function sealedFrom(client: RelayClient, flags: Flags, signal: AbortSignal): Promise<SealedClient> {
   const identityFile = flags.get("identity");
-  if (!identityFile) throw new UsageError("-seal and -open need -identity FILE (the device's seed; made if missing)");
-  const identity = await loadIdentity(identityFile);
-  const keyring = await Keyring.load(new FilePinStore(flags.get("pins") || `${identityFile}.pins`));
+  if (!identityFile) throw new UsageError("-identity names no file");
+  const { identity, created } = await loadIdentity(identityFile);
+  const keyring = await Keyring.load(new FilePinStore(flags.get("keyring") || `${identityFile}.pins`));
   const sealed = await SealedClient.register(client, identity, keyring, { signal });
-  // Every change not yet trusted, also those seen by an earlier run.
+  if (created) process.stderr.write(`relay-client: created the identity ${identityFile}; ${sealed.device}'s fingerprint: ${await fingerprint(identity.publicKey)}\n`);
+  for (const d of (flags.get("trust") ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "")) {
+    let key: Uint8Array;
+    try {
+      key = await sealed.trustListed(d, { signal });
+    } catch (e) {
+      throw new Error(`-trust ${d}: ${(e as Error).message}`, { cause: e });
+    }
+    process.stderr.write(`relay-client: trusting ${d}'s key, fingerprint ${await fingerprint(key)}\n`);
+  }
+  // Every change not yet trusted, also those an earlier run saw.
   for (const c of keyring.changes()) {
     process.stderr.write(
-      `relay-client: ${c.device}'s key changed in the directory: pinned ${await fingerprint(c.pinned)}, now ${await fingerprint(c.seen)}; ` +
-        `neither sealed to nor trusted until its pin is changed\n`,
+      `relay-client: ${c.device}'s key changed in the directory: pinned ${await fingerprint(c.pinned)}, listed ${await fingerprint(c.seen)}; ` +
+        `nothing is sealed to it or opened from it until -trust ${c.device}\n`,
     );
   }
   return sealed;

@@ -88,17 +88,18 @@ export class FilePinStore implements PinStore {
 }
 
 /**
- * The identity whose seed the file holds (64 hex digits); a missing file
- * gets a new identity's seed (mode 0600), kept for the next time.
+ * The identity whose seed the file holds (64 hex digits and a newline, as
+ * the relay binary's -identity files); a missing file gets a new
+ * identity's seed (mode 0600), kept for the next time: created says so.
  */
-export async function loadIdentity(path: string): Promise<Identity> {
+export async function loadIdentity(path: string): Promise<{ identity: Identity; created: boolean }> {
   const text = await readIfThere(path, "identity file");
   if (text === undefined) {
-    const id = await Identity.generate();
-    await writeAtomic(path, Buffer.from(id.seed).toString("hex") + "\n");
-    return id;
+    const identity = await Identity.generate();
+    await writeAtomic(path, Buffer.from(identity.seed).toString("hex") + "\n");
+    return { identity, created: true };
   }
   const t = text.trim();
   if (!/^[0-9a-fA-F]{64}$/.test(t)) throw new Error(`identity file ${path} does not hold a seed (64 hex digits)`);
-  return Identity.fromSeed(new Uint8Array(Buffer.from(t, "hex")));
+  return { identity: await Identity.fromSeed(new Uint8Array(Buffer.from(t, "hex"))), created: false };
 }

@@ -101,6 +101,18 @@ export class SealedClient {
     return changes;
   }
 
+  /**
+   * Trusts the key the directory lists now for device, replacing its pin
+   * and resolving a reported change; returns that key. Call it only once
+   * the users compared its fingerprint or safety number.
+   */
+  async trustListed(device: string, opts: { signal?: AbortSignal } = {}): Promise<Uint8Array> {
+    const entry = (await readDirectory(this.client, opts)).find((d) => d.device === device);
+    if (!entry?.identityKey) throw new Error(`relay client: the directory lists no key for ${device}`);
+    await this.keyring.trust(device, entry.identityKey);
+    return entry.identityKey;
+  }
+
   /** Seals plaintext for the devices in to (their pinned keys, in that order). */
   async seal(id: string, to: string[], plaintext: Uint8Array | string): Promise<Uint8Array> {
     const bytes = typeof plaintext === "string" ? new TextEncoder().encode(plaintext) : plaintext;

@@ -198,7 +198,7 @@ describe("sealed", () => {
     const phoneId = join(dir, `${household()}-phone.seed`);
     const laptopId = join(dir, `${household()}-laptop.seed`);
     // phone publishes its key first, from the seed file it makes.
-    await SealedClient.register(new RelayClient({ url: relay.url, token: phone }), await loadIdentity(phoneId), await Keyring.load(new MemoryPinStore()));
+    await SealedClient.register(new RelayClient({ url: relay.url, token: phone }), (await loadIdentity(phoneId)).identity, await Keyring.load(new MemoryPinStore()));
     let r = await cli(["send", ...common, "-token", laptop, "-seal", "-identity", laptopId, "-to", "phone", "-id", "sealed-1", "secret"]);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, '{"id":"sealed-1","deliveries":[{"device":"phone","seq":1}]}\n');
@@ -212,5 +212,43 @@ describe("sealed", () => {
     assert.equal(r.code, 0, r.stderr);
     const line = JSON.parse(r.stdout) as { id: string; from: string; payload: string };
     assert.deepEqual([line.id, line.from, Buffer.from(line.payload, "base64").toString()], ["sealed-1", "laptop", "secret"]);
+  });
+
+  test("a changed key: listen -open prints the envelope with its error, send -seal refuses, -trust accepts the listed key", async () => {
+    const { phone, laptop, common } = await setup();
+    const hh = household();
+    const phoneId = join(dir, `${hh}-phone.seed`);
+    const cursorFile = join(dir, `${hh}-phone.cursor`);
+    const listen = (...more: string[]) => cli(["listen", ...common, "-token", phone, "-open", "-identity", phoneId, "-count", "1", "-wait", "5", ...more]);
+    await SealedClient.register(new RelayClient({ url: relay.url, token: phone }), (await loadIdentity(phoneId)).identity, await Keyring.load(new MemoryPinStore()));
+    let r = await cli(["send", ...common, "-token", laptop, "-seal", "-identity", join(dir, `${hh}-laptop.seed`), "-to", "phone", "-id", "k-1", "old key"]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr, /created the identity .*laptop's fingerprint: \d{5}( \d{5}){5}/);
+    r = await listen("-cursor-file", cursorFile);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal((JSON.parse(r.stdout) as { payload: string }).payload, Buffer.from("old key").toString("base64"));
+
+    // laptop starts over with another identity: the directory lists another key.
+    r = await cli(["send", ...common, "-token", laptop, "-seal", "-identity", join(dir, `${hh}-laptop2.seed`), "-to", "phone", "-id", "k-2", "new key"]);
+    assert.equal(r.code, 0, r.stderr);
+    r = await listen("-cursor-file", cursorFile);
+    assert.equal(r.code, 0, r.stderr);
+    const refusedLine = JSON.parse(r.stdout) as Record<string, unknown>;
+    assert.deepEqual({ ...refusedLine, sent_at: "" }, { seq: 2, id: "k-2", from: "laptop", sent_at: "", payload: null, error: "key_changed" });
+    assert.match(r.stderr, /laptop's key changed in the directory/);
+
+    r = await cli(["send", ...common, "-token", phone, "-seal", "-identity", phoneId, "-to", "laptop", "-id", "k-3", "to whom?"]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /key_changed/);
+    assert.equal(r.stdout, "");
+
+    // Trusted, the same envelope opens (a memory cursor: the relay still holds seq 2).
+    r = await listen("-trust", "laptop");
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr, /trusting laptop's key, fingerprint \d{5}/);
+    const opened = JSON.parse(r.stdout) as { seq: number; payload: string; error?: string };
+    assert.deepEqual([opened.seq, Buffer.from(opened.payload, "base64").toString(), opened.error], [2, "new key", undefined]);
+    r = await cli(["send", ...common, "-token", phone, "-seal", "-identity", phoneId, "-to", "laptop", "-id", "k-4", "now"]);
+    assert.equal(r.code, 0, r.stderr);
   });
 });
