@@ -21,6 +21,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/seal"
 )
 
 // peerJob and peerResult are typescript/src/test/peer.ts's PeerJob and
@@ -133,12 +136,69 @@ func runNodePeer(t *testing.T, job peerJob) (peerResult, error) {
 	return res, nil
 }
 
+// goPeer is the Go client's side of a round trip: it seals plaintext with
+// package seal to the devices in to (pinning each device's key from its
+// seed, as trust on first use would from the directory), sends it, then
+// polls until it has n envelopes and opens each.
+func goPeer(ctx context.Context, relay *relayProc, me sealDevice, devices []sealDevice, send peerSend, n int) (peerResult, error) {
+	var res peerResult
+	id, err := seal.IdentityFromSeed(me.seed)
+	if err != nil {
+		return res, err
+	}
+	pins := map[string]ed25519.PublicKey{}
+	for _, d := range devices {
+		pins[d.name] = ed25519.NewKeyFromSeed(d.seed).Public().(ed25519.PublicKey)
+	}
+	var rcpts []seal.Recipient
+	for _, d := range send.To {
+		rcpts = append(rcpts, seal.Recipient{Device: d, Key: pins[d]})
+	}
+	sealed, err := seal.Seal(seal.SealParams{Household: "home", ID: send.ID, Sender: me.name, Identity: id, Recipients: rcpts, Plaintext: []byte(send.Plaintext)})
+	if err != nil {
+		return res, err
+	}
+	c, err := client.New(relay.URL, me.token)
+	if err != nil {
+		return res, err
+	}
+	if _, err := c.Send(ctx, send.ID, send.To, sealed); err != nil {
+		return res, fmt.Errorf("send: %w", err)
+	}
+	var cursor int64
+	for len(res.Got)+len(res.Refused) < n {
+		p, err := c.Poll(ctx, client.PollQuery{Cursor: cursor, Wait: 5})
+		if err != nil {
+			return res, fmt.Errorf("poll: %w", err)
+		}
+		for _, e := range p.Envelopes {
+			cursor = e.Seq
+			pt, err := seal.Open(seal.OpenParams{Household: "home", Device: me.name, Identity: id, ID: e.ID, From: e.From, SenderKey: pins[e.From], Sealed: e.Payload})
+			if err != nil {
+				res.Refused = append(res.Refused, struct {
+					ID   string `json:"id"`
+					From string `json:"from"`
+					Code string `json:"code"`
+				}{e.ID, e.From, seal.Code(err)})
+				continue
+			}
+			res.Got = append(res.Got, struct {
+				ID        string `json:"id"`
+				From      string `json:"from"`
+				Plaintext string `json:"plaintext"`
+			}{e.ID, e.From, string(pt)})
+		}
+	}
+	res.OK = true
+	return res, nil
+}
+
 // TestSealedRoundTrips seals and opens across implementations through a
-// real relay: a device in Node and a device in headless Chromium (the
-// browser's WebCrypto) each seal one envelope to both, so that each opens
-// one sealed by the other and one sealed by itself: Node to Chromium,
-// Chromium to Node, Node to Node and Chromium to Chromium. The page also
-// keeps pins in localStorage and reads them back.
+// real relay: a device in Go (package seal), one in Node and one in
+// headless Chromium (the browser's WebCrypto) each seal one envelope to
+// all three, so that each opens one sealed by each: Go to Node and to
+// Chromium, Node and Chromium to Go, Node to Chromium and back, and each
+// to itself. The page also keeps pins in localStorage and reads them back.
 func TestSealedRoundTrips(t *testing.T) {
 	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
 	need(t, "node")
@@ -156,25 +216,32 @@ func TestSealedRoundTrips(t *testing.T) {
 	relay := startRelay(t, "FN_CORS_ORIGINS="+page.URL)
 
 	const hh = "home"
+	goDev := newSealDevice(t, relay, hh, "go")
 	node := newSealDevice(t, relay, hh, "node")
 	browser := newSealDevice(t, relay, hh, "browser")
-	all := []string{"browser", "node"}
+	all := []string{"browser", "go", "node"}
 
-	bj, err := json.Marshal(browser.job(relay, &peerSend{ID: "from-browser", To: all, Plaintext: "sealed in Chromium"}, 2))
+	bj, err := json.Marshal(browser.job(relay, &peerSend{ID: "from-browser", To: all, Plaintext: "sealed in Chromium"}, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	job.Store(&bj)
 
 	var (
-		wg      sync.WaitGroup
-		nodeRes peerResult
-		nodeErr error
+		wg             sync.WaitGroup
+		nodeRes, goRes peerResult
+		nodeErr, goErr error
 	)
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		nodeRes, nodeErr = runNodePeer(t, node.job(relay, &peerSend{ID: "from-node", To: all, Plaintext: "sealed in Node"}, 2))
+		nodeRes, nodeErr = runNodePeer(t, node.job(relay, &peerSend{ID: "from-node", To: all, Plaintext: "sealed in Node"}, 3))
+	}()
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		goRes, goErr = goPeer(ctx, relay, goDev, []sealDevice{goDev, node, browser}, peerSend{ID: "from-go", To: all, Plaintext: "sealed in Go"}, 3)
 	}()
 	b := openPage(t, chromium, page.URL+"/seal.html", results)
 	wg.Wait()
@@ -186,9 +253,12 @@ func TestSealedRoundTrips(t *testing.T) {
 	if nodeErr != nil {
 		t.Fatal(nodeErr)
 	}
+	if goErr != nil {
+		t.Fatal(goErr)
+	}
 
-	want := []string{"browser: sealed in Chromium", "node: sealed in Node"}
-	for name, r := range map[string]peerResult{"node": nodeRes, "browser": browserRes} {
+	want := []string{"browser: sealed in Chromium", "go: sealed in Go", "node: sealed in Node"}
+	for name, r := range map[string]peerResult{"go": goRes, "node": nodeRes, "browser": browserRes} {
 		if !r.OK || len(r.Refused) > 0 {
 			t.Errorf("%s: %+v", name, r)
 			continue
