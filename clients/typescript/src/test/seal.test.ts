@@ -202,6 +202,15 @@ describe("every refusal has its code", () => {
     assert.equal(text(await open(await resign(w, sealed), opener(w))), "hello phone");
   });
 
+  test("an envelope of no recipients, well signed, is malformed", async () => {
+    const w = await world();
+    const sealed = await sample(w);
+    const l = layout(sealed);
+    // The header without its two slots and with count 0, the body as it was.
+    const noSlots = new Uint8Array([...sealed.subarray(0, l.count), 0, ...sealed.subarray(l.nonce, l.signature)]);
+    await refused(open(await resign(w, new Uint8Array([...noSlots, ...new Uint8Array(64)])), opener(w)), "malformed", "no recipients");
+  });
+
   test("replayed to another device, under another id, in another household, from another sender", async () => {
     const w = await world();
     const sealed = await sample(w);
