@@ -75,14 +75,19 @@ export class SealedClient {
 
   /**
    * Registers the device with its identity key (and push target, if
-   * given), then reads the directory into the keyring: the client's
-   * household and device are the token's.
+   * given), pins that key for the device itself, then reads the directory
+   * into the keyring: the client's household and device are the token's.
    */
   static async register(client: RelayClient, identity: Identity, keyring: Keyring, opts: { push?: PushTarget; signal?: AbortSignal } = {}): Promise<SealedClient> {
     const reg = await client.register(
       { identity_key: encodeBase64(identity.publicKey), ...(opts.push && { push: opts.push }) },
       opts.signal ? { signal: opts.signal } : {},
     );
+    // The device's own key is the one it holds: a keyring that pinned an
+    // earlier identity of this device would report its own new key as a
+    // change and refuse what it seals to itself.
+    const own = keyring.pinned(reg.device);
+    if (own === undefined || !own.every((b, i) => b === identity.publicKey[i])) await keyring.trust(reg.device, identity.publicKey);
     const c = new SealedClient(client, identity, keyring, reg.household, reg.device);
     await c.refresh(opts.signal ? { signal: opts.signal } : {});
     return c;

@@ -176,6 +176,21 @@ describe("a key changed in the directory", () => {
     assert.equal(text(opened[0]!.plaintext), "to the new key");
   });
 
+  test("a device with a new identity and its old keyring pins its own new key, reports no change and opens what it seals to itself", async () => {
+    const hh = household();
+    const store = new MemoryPinStore();
+    const changes: KeyChange[] = [];
+    const client = new RelayClient({ url: relay.url, token: await relay.token(hh, "laptop") });
+    await SealedClient.register(client, await Identity.generate(), await Keyring.load(store));
+    const next = await Identity.generate();
+    const laptop = await SealedClient.register(client, next, await Keyring.load(store, { onChange: (c) => changes.push(c) }));
+    assert.deepEqual(changes, []);
+    assert.deepEqual(laptop.keyring.pinned("laptop"), next.publicKey);
+    await laptop.sendSealed("self-1", ["laptop"], "note to self");
+    const { opened } = await receive({ client, sealed: laptop, changes }, 1);
+    assert.equal(text(opened[0]!.plaintext), "note to self");
+  });
+
   test("an envelope sealed with the changed key is refused as key_changed, and the change reported", async () => {
     const hh = household();
     const phone = await device(hh, "phone");
