@@ -1,5 +1,5 @@
-// The README's sealed-envelope example is sealed-example.ts, line for line,
-// and it runs.
+// The sealed-envelope example of the README and of docs/E2E.md is
+// sealed-example.ts, line for line, and it runs.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -47,6 +47,12 @@ test("the README shows the sealed example as it is in src/test/sealed-example.ts
   const readme = await readFile(join(tsRoot, "README.md"), "utf8");
   const src = await readFile(join(tsRoot, "src", "test", "sealed-example.ts"), "utf8");
   assert.deepEqual(readmeBlock(readme, "<!-- sealed example: src/test/sealed-example.ts -->"), exampleLines(src));
+});
+
+test("docs/E2E.md shows the same sealed example", async () => {
+  const doc = await readFile(join(repoRoot, "docs", "E2E.md"), "utf8");
+  const src = await readFile(join(tsRoot, "src", "test", "sealed-example.ts"), "utf8");
+  assert.deepEqual(readmeBlock(doc, "<!-- ts example: clients/typescript/src/test/sealed-example.ts -->"), exampleLines(src));
 });
 
 test("the sealed example runs: phone opens what laptop sealed", { timeout: 60_000 }, async () => {

@@ -1,6 +1,7 @@
-// The README's sealed-envelope example: readme.test.ts checks that the
-// README shows exactly the lines between the markers (with the package's
-// name for ../index.js) and runs them against a relay.
+// The sealed-envelope example of the README and of docs/E2E.md:
+// readme.test.ts checks that both show exactly the lines between the
+// markers (with the package's name for ../index.js) and runs them against
+// a relay.
 import { Identity, Keyring, MemoryPinStore, RelayClient, SealedClient, newId } from "../index.js";
 
 export async function sealedExample(url: string, phoneToken: string, laptopToken: string): Promise<string> {
