@@ -136,65 +136,60 @@ func runNodePeer(t *testing.T, job peerJob) (peerResult, error) {
 	return res, nil
 }
 
-// goPeer is the Go client's side of a round trip: it seals plaintext with
-// package seal to the devices in to (pinning each device's key from its
-// seed, as trust on first use would from the directory), sends it, then
-// polls until it has n envelopes and opens each.
-func goPeer(ctx context.Context, relay *relayProc, me sealDevice, devices []sealDevice, send peerSend, n int) (peerResult, error) {
+// goPeer is the Go client's side of a round trip (client.Sealer): it
+// registers its identity key, pins what the directory lists, seals and
+// sends, then listens until it has opened or refused n envelopes.
+func goPeer(ctx context.Context, relay *relayProc, me sealDevice, send peerSend, n int) (peerResult, error) {
 	var res peerResult
 	id, err := seal.IdentityFromSeed(me.seed)
 	if err != nil {
 		return res, err
 	}
-	pins := map[string]ed25519.PublicKey{}
-	for _, d := range devices {
-		pins[d.name] = ed25519.NewKeyFromSeed(d.seed).Public().(ed25519.PublicKey)
-	}
-	var rcpts []seal.Recipient
-	for _, d := range send.To {
-		rcpts = append(rcpts, seal.Recipient{Device: d, Key: pins[d]})
-	}
-	sealed, err := seal.Seal(seal.SealParams{Household: "home", ID: send.ID, Sender: me.name, Identity: id, Recipients: rcpts, Plaintext: []byte(send.Plaintext)})
+	ring, err := seal.OpenKeyring(ctx, &seal.MemoryStore{})
 	if err != nil {
 		return res, err
 	}
-	c, err := client.New(relay.URL, me.token)
+	c, err := client.New(relay.URL, me.token, client.WithWait(5))
 	if err != nil {
 		return res, err
 	}
-	if _, err := c.Send(ctx, send.ID, send.To, sealed); err != nil {
+	s, err := c.NewSealer(ctx, id, ring)
+	if err != nil {
+		return res, err
+	}
+	if _, err := s.SendSealed(ctx, send.ID, send.To, []byte(send.Plaintext)); err != nil {
 		return res, fmt.Errorf("send: %w", err)
 	}
-	var cursor int64
-	for len(res.Got)+len(res.Refused) < n {
-		p, err := c.Poll(ctx, client.PollQuery{Cursor: cursor, Wait: 5})
-		if err != nil {
-			return res, fmt.Errorf("poll: %w", err)
-		}
-		for _, e := range p.Envelopes {
-			cursor = e.Seq
-			pt, err := seal.Open(seal.OpenParams{Household: "home", Device: me.name, Identity: id, ID: e.ID, From: e.From, SenderKey: pins[e.From], Sealed: e.Payload})
-			if err != nil {
-				res.Refused = append(res.Refused, struct {
-					ID   string `json:"id"`
-					From string `json:"from"`
-					Code string `json:"code"`
-				}{e.ID, e.From, seal.Code(err)})
-				continue
-			}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	err = s.ListenSealed(ctx, &client.MemoryCursor{}, func(_ context.Context, e client.Envelope, plaintext []byte, openErr error) error {
+		if openErr != nil {
+			res.Refused = append(res.Refused, struct {
+				ID   string `json:"id"`
+				From string `json:"from"`
+				Code string `json:"code"`
+			}{e.ID, e.From, seal.Code(openErr)})
+		} else {
 			res.Got = append(res.Got, struct {
 				ID        string `json:"id"`
 				From      string `json:"from"`
 				Plaintext string `json:"plaintext"`
-			}{e.ID, e.From, string(pt)})
+			}{e.ID, e.From, string(plaintext)})
 		}
+		if len(res.Got)+len(res.Refused) >= n {
+			stop()
+		}
+		return nil
+	})
+	if err != nil && len(res.Got)+len(res.Refused) < n {
+		return res, fmt.Errorf("listen: %w", err)
 	}
-	res.OK = true
+	res.OK = len(res.Got)+len(res.Refused) == n
 	return res, nil
 }
 
 // TestSealedRoundTrips seals and opens across implementations through a
-// real relay: a device in Go (package seal), one in Node and one in
+// real relay: a device in Go (client.Sealer), one in Node and one in
 // headless Chromium (the browser's WebCrypto) each seal one envelope to
 // all three, so that each opens one sealed by each: Go to Node and to
 // Chromium, Node and Chromium to Go, Node to Chromium and back, and each
@@ -241,7 +236,7 @@ func TestSealedRoundTrips(t *testing.T) {
 		defer wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		goRes, goErr = goPeer(ctx, relay, goDev, []sealDevice{goDev, node, browser}, peerSend{ID: "from-go", To: all, Plaintext: "sealed in Go"}, 3)
+		goRes, goErr = goPeer(ctx, relay, goDev, peerSend{ID: "from-go", To: all, Plaintext: "sealed in Go"}, 3)
 	}()
 	b := openPage(t, chromium, page.URL+"/seal.html", results)
 	wg.Wait()
