@@ -105,6 +105,9 @@ describe("send", () => {
       [["send", ...common, "-token", "not.a.token", "-to", "phone", "x"], 1, /401 unauthorized/],
       [["listen", ...common, "-token", "not.a.token", "-wait", "1"], 1, /401 unauthorized/],
       [["listen", ...common, "-token", laptop, "-wait", "0"], 2, /-wait/],
+      [["send", ...common, "-token", laptop, "-seal", "-to", "phone", "x"], 2, /-identity names no file/],
+      [["send", ...common, "-token", laptop, "-seal=maybe", "-to", "phone", "x"], 2, /invalid boolean value "maybe" for -seal/],
+      [["listen", ...common, "-token", laptop, "-open", "-identity", join(dir, "refusals.seed"), "-trust", "ghost", "-wait", "1"], 1, /-trust ghost: .*lists no key for ghost/],
       [["frobnicate"], 2, /unknown command/],
     ];
     for (const [args, code, err] of cases) {
