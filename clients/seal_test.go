@@ -269,3 +269,82 @@ func TestSealedRoundTrips(t *testing.T) {
 		t.Errorf("pins kept in localStorage did not read back: %v", browserRes.LocalStorage)
 	}
 }
+
+// TestSealedDifferential opens in Go every variant of a TypeScript-sealed
+// envelope that the TypeScript client opened (each bit flipped in turn,
+// each prefix) and holds Go to the same result for each: the plaintext,
+// or the same one of the format's errors. The test vectors check the other
+// direction (Go seals, TypeScript opens) case by case.
+func TestSealedDifferential(t *testing.T) {
+	need(t, "node")
+	buildTypeScript(t)
+	cmd := exec.Command("node", filepath.Join(tsDir, "dist", "test", "differential.js"))
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	dieWithTest(cmd)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.String())
+	}
+	var d struct {
+		Seeds    map[string]string `json:"seeds"`
+		Sealed   string            `json:"sealed"`
+		Flipped  []string          `json:"flipped"`
+		Prefixes []string          `json:"prefixes"`
+	}
+	if err := json.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	pins := map[string]ed25519.PublicKey{}
+	var phone *seal.Identity
+	for name, s := range d.Seeds {
+		seed, err := hex.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := seal.IdentityFromSeed(seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins[name] = id.Public()
+		if name == "phone" {
+			phone = id
+		}
+	}
+	sealed, err := hex.DecodeString(d.Sealed)
+	if err != nil || phone == nil {
+		t.Fatalf("sealed %q, phone %v: %v", d.Sealed, phone, err)
+	}
+	open := func(b []byte) string {
+		pt, err := seal.Open(seal.OpenParams{Household: "home", Device: "phone", Identity: phone, ID: "diff-1", From: "laptop", SenderKey: pins["laptop"], Sealed: b})
+		if err != nil {
+			return seal.Code(err)
+		}
+		if string(pt) != "the same answer in Go and TypeScript" {
+			return "wrong plaintext " + string(pt)
+		}
+		return "ok"
+	}
+	if len(d.Flipped) != 8*len(sealed) || len(d.Prefixes) != len(sealed)+1 {
+		t.Fatalf("%d flips and %d prefixes of %d bytes", len(d.Flipped), len(d.Prefixes), len(sealed))
+	}
+	if got := open(sealed); got != "ok" || d.Prefixes[len(sealed)] != "ok" {
+		t.Fatalf("the envelope itself: Go %s, TypeScript %s", got, d.Prefixes[len(sealed)])
+	}
+	codes := map[string]int{}
+	for i, want := range d.Flipped {
+		b := bytes.Clone(sealed)
+		b[i/8] ^= 1 << (i % 8)
+		if got := open(b); got != want {
+			t.Errorf("bit %d of byte %d flipped: Go %s, TypeScript %s", i%8, i/8, got, want)
+		}
+		codes[want]++
+	}
+	for n, want := range d.Prefixes[:len(sealed)] {
+		if got := open(sealed[:n]); got != want {
+			t.Errorf("the first %d bytes: Go %s, TypeScript %s", n, got, want)
+		}
+	}
+	t.Logf("%d bytes: %d flips agree (%v), %d prefixes agree", len(sealed), len(d.Flipped), codes, len(sealed))
+}
