@@ -157,7 +157,11 @@ export class Identity {
     return new Identity(seed, publicKey, xPublicBytes, signingKey, { privateKey: xPrivate, publicKey: xPublic });
   }
 
-  /** @internal An Ed25519 signature of data. */
+  /**
+   * @internal An Ed25519 signature of data as it is: only seal's own
+   * labelled messages, and the tests, ever reach it (stripped from the
+   * published types).
+   */
   async sign(data: Uint8Array): Promise<Uint8Array> {
     return new Uint8Array(await crypto.subtle.sign({ name: "Ed25519" }, this.signingKey, own(data)));
   }
