@@ -269,6 +269,8 @@ type line struct {
 	From    string `json:"from"`
 	SentAt  string `json:"sent_at"`
 	Payload string `json:"payload"`
+	// Error is listen -open's: why the envelope did not open (payload null).
+	Error string `json:"error"`
 }
 
 // listener is one run of the listen command.
