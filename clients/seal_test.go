@@ -238,7 +238,7 @@ func TestSealedRoundTrips(t *testing.T) {
 		defer cancel()
 		goRes, goErr = goPeer(ctx, relay, goDev, peerSend{ID: "from-go", To: all, Plaintext: "sealed in Go"}, 3)
 	}()
-	b := openPage(t, chromium, page.URL+"/seal.html", results)
+	b := openPage(t, chromium, page.URL+"/?run=/seal.js", results)
 	wg.Wait()
 	t.Logf("the page reported %s", b)
 	var browserRes peerResult
