@@ -93,6 +93,10 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return sendCmd(ctx, args, getenv, stdout, stderr)
 	case "listen":
 		return listenCmd(ctx, args, getenv, stdout, stderr)
+	case "backup":
+		return backupCmd(ctx, args, getenv, stdout, stderr)
+	case "restore":
+		return restoreCmd(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
@@ -178,6 +182,8 @@ commands:
   token    mint a device token with the issuer key;
            token check: show a token and whether the relay accepts it
   migrate  apply the store's migrations and exit
+  backup   copy the SQLite database while the relay runs: relay backup FILE
+  restore  put a backup in place of the SQLite database (relay stopped)
   send     send an envelope as a device: relay send -h
   listen   print a device's envelopes as JSON lines: relay listen -h
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:

@@ -68,6 +68,9 @@ type DB struct {
 	// path and opened: the database file, as opened (writable.go).
 	path   string
 	opened os.FileInfo
+	// held is the shared lock on the file (lock_unix.go) that keeps
+	// Restore from replacing it while open.
+	held atomic.Pointer[os.File]
 	// unwritable: a check found the database unwritable; the writer's
 	// connection may be read-only since (refreshWriter).
 	unwritable atomic.Bool
@@ -116,6 +119,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w: %w", store.ErrUnavailable, err)
 	}
+	held, err := lock(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w: %w", path, store.ErrUnavailable, err)
+	}
 
 	common := url.Values{}
 	common.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
@@ -131,6 +138,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	w.Set("_foreign_keys", "1")
 	writer, err := openDB(dsn(path, w))
 	if err != nil {
+		held.Close()
 		return nil, fmt.Errorf("sqlite: open writer: %w", err)
 	}
 	writer.SetMaxOpenConns(1)
@@ -139,6 +147,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	writer.SetConnMaxIdleTime(0)
 
 	db := &DB{writer: writer, log: log.With("component", "store_sqlite"), path: path}
+	db.held.Store(held)
 	// The writer goes first: it creates the file, switches it to WAL and
 	// migrates, all of which the read-only connections could not do.
 	if err := db.migrate(ctx); err != nil {
@@ -240,6 +249,9 @@ func (db *DB) Close() error {
 		errs = append(errs, db.reader.Close())
 	}
 	errs = append(errs, db.writer.Close())
+	if held := db.held.Swap(nil); held != nil {
+		errs = append(errs, held.Close()) // last: the database is closed
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}

@@ -24,7 +24,9 @@ func TestPingTellsReplacedFile(t *testing.T) {
 	if err := db.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping before: %v", err)
 	}
-	copyFile(t, path, path+".restored")
+	if err := copyFile(path, path+".restored"); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(path+".restored", path); err != nil {
 		t.Fatal(err)
 	}
@@ -79,16 +81,5 @@ func TestUnwritableFileRecovers(t *testing.T) {
 	}
 	if err := db.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping once writable = %v", err)
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

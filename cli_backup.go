@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/store/sqlite"
+)
+
+const backupUsage = `usage: relay backup [-database URL] FILE
+
+Writes a consistent copy of the relay's SQLite database to FILE (a new
+file, mode 0600) while relays go on using it: every envelope accepted
+before the copy began is in it. Run it as the relay's user or as root.
+For Postgres use pg_dump or your provider's backups.
+
+flags:`
+
+const restoreUsage = `usage: relay restore [-database URL] FILE
+
+Puts the backup FILE in place of the relay's SQLite database. It refuses
+while a relay has the database open (stop the relay first) and refuses a
+FILE that is not a sound database of this relay; the copy gets the
+database's owner and mode 0600, and the old -wal and -shm files are
+removed. Devices whose cursors are ahead of the restored database are told
+(409 cursor_ahead) and resynchronise. For Postgres use pg_restore.
+
+flags:`
+
+// backupCmd and restoreCmd: relay backup FILE, relay restore FILE.
+func backupCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	path, file, err := sqliteFileArgs("backup", backupUsage, args, getenv, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if err := sqlite.Backup(ctx, path, file); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backed up %s to %s\n", path, file)
+	return nil
+}
+
+func restoreCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	path, file, err := sqliteFileArgs("restore", restoreUsage, args, getenv, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if err := sqlite.Restore(ctx, file, path); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "restored %s from %s; start the relay\n", path, file)
+	return nil
+}
+
+// sqliteFileArgs reads -database (FN_DATABASE_URL) and the one FILE.
+func sqliteFileArgs(name, usage string, args []string, getenv func(string) string, stdout, stderr io.Writer) (path, file string, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	dbURL := fs.String("database", "sqlite:data/relay.db", "the relay's database (env FN_DATABASE_URL)")
+	fs.SetOutput(io.Discard)
+	printUsage := func(w io.Writer) {
+		fmt.Fprintln(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	_, err = config.Parse(fs, args, getenv, func(flag string) string {
+		if flag == "database" {
+			return "FN_DATABASE_URL"
+		}
+		return ""
+	})
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return "", "", flag.ErrHelp
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		printUsage(stderr)
+		return "", "", &exitError{code: 2}
+	case fs.NArg() != 1:
+		fmt.Fprintf(stderr, "relay %s: give one FILE\n", name)
+		printUsage(stderr)
+		return "", "", &exitError{code: 2}
+	}
+	db, err := config.ParseDatabaseURL(*dbURL)
+	if err != nil {
+		return "", "", usageErr("%s: -database: %w", name, err)
+	}
+	if db.Kind != config.SQLite {
+		return "", "", usageErr("%s: the database is Postgres: use pg_dump and pg_restore, or your provider's backups", name)
+	}
+	return db.Path, fs.Arg(0), nil
+}

@@ -1,0 +1,146 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/store"
+)
+
+// TestRestoreChecksTheCopy: a file that is not a sound database of this
+// relay is refused, and the database in place is left as it was.
+func TestRestoreChecksTheCopy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.db")
+	db, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Register(t.Context(), store.RegisterParams{Household: "h", Device: "d", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	good := filepath.Join(dir, "good.db")
+	if err := Backup(t.Context(), path, good); err != nil {
+		t.Fatal(err)
+	}
+	if err := Backup(t.Context(), path, good); err == nil {
+		t.Fatal("Backup over an existing file succeeded")
+	}
+	if fi, err := os.Stat(good); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("backup's mode: %v %v", fi, err)
+	}
+
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, []byte(strings.Repeat("not a database ", 100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	truncated := filepath.Join(dir, "truncated.db")
+	b, _ := os.ReadFile(good)
+	if err := os.WriteFile(truncated, b[:len(b)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(dir, "foreign.db")
+	other, _ := sql.Open("sqlite", dsn(foreign, nil))
+	if _, err := other.Exec(`CREATE TABLE notes (body TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	newer := filepath.Join(dir, "newer.db")
+	if err := copyFile(good, newer); err != nil {
+		t.Fatal(err)
+	}
+	nw, _ := sql.Open("sqlite", dsn(newer, nil))
+	if _, err := nw.Exec(`INSERT INTO schema_version (version, applied_at) VALUES (99999, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	nw.Close()
+
+	for name, src := range map[string]string{"garbage": garbage, "truncated": truncated, "foreign": foreign, "newer": newer, "missing": filepath.Join(dir, "nope.db")} {
+		if err := Restore(t.Context(), src, path); err == nil {
+			t.Errorf("Restore of a %s file succeeded", name)
+		}
+	}
+	db, err = Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if devs, err := db.Devices(t.Context(), store.ListParams{Household: "h", Limit: 10}); err != nil || len(devs) != 1 {
+		t.Fatalf("the database after refused restores: %v, %v", devs, err)
+	}
+}
+
+// TestRestoreReplaces: a restore gives the copy mode 0600, removes the old
+// database's -wal and -shm (SQLite would apply them to the copy), and
+// holds the database exclusively while it works: a store cannot open it
+// meanwhile, nor can a restore run while a store has it open.
+func TestRestoreReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.db")
+	db, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(dir, "backup.db")
+	if err := Backup(t.Context(), path, backup); err != nil {
+		t.Fatal(err)
+	}
+	if err := Restore(t.Context(), backup, path); !errors.Is(err, errInUse) {
+		t.Fatalf("Restore while open = %v, want errInUse", err)
+	}
+	// Written after the backup, and left in the -wal by a crash: gone
+	// after the restore.
+	if _, err := db.Register(t.Context(), store.RegisterParams{Household: "h", Device: "late", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(dir, "crashed")
+	if err := os.Mkdir(crashed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := copyFile(path+suffix, filepath.Join(crashed, "relay.db"+suffix)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := copyFile(filepath.Join(crashed, "relay.db"+suffix), path+suffix); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	held, err := lock(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(t.Context(), Config{Path: path}); !errors.Is(err, errInUse) {
+		t.Fatalf("Open during a restore = %v, want errInUse", err)
+	}
+	held.Close()
+
+	if err := Restore(t.Context(), backup, path); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(path + suffix); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the restore: %v", suffix, err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("restored file's mode: %v %v", fi, err)
+	}
+	db, err = Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if devs, err := db.Devices(t.Context(), store.ListParams{Household: "h", Limit: 10}); err != nil || len(devs) != 0 {
+		t.Fatalf("the restored database holds %v (%v), want what the backup held: nothing", devs, err)
+	}
+}

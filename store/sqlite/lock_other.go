@@ -1,0 +1,13 @@
+//go:build !unix
+
+package sqlite
+
+import "os"
+
+// lock is only an open file here: Restore cannot tell a database in use.
+func lock(path string, _ bool) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+}
+
+// chownLike does nothing here: files have no Unix owner.
+func chownLike(string, os.FileInfo) error { return nil }
