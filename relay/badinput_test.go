@@ -170,3 +170,21 @@ func TestTokenFailures(t *testing.T) {
 	}
 	h.must("GET", "/v1/poll", good, nil, http.StatusOK)
 }
+
+// TestBadBase64NamesTheField: a field of bytes that is not base64 is a
+// 400 whose message names the field, for each request that has one.
+func TestBadBase64NamesTheField(t *testing.T) {
+	h := newHarness(t, nil)
+	tok := h.register("home", "phone")
+	for path, body := range map[string]string{
+		"/v1/send":     `{"id":"a","to":["phone"],"payload":"not base64!"}`,
+		"/v1/register": `{"identity_key":"not base64!"}`,
+	} {
+		var e errorBody
+		h.must("POST", path, tok, body, http.StatusBadRequest).json(t, &e)
+		field := map[string]string{"/v1/send": `"payload"`, "/v1/register": `"identity_key"`}[path]
+		if !strings.Contains(e.Message, field) || !strings.Contains(e.Message, "base64") {
+			t.Errorf("%s: message %q does not name %s as not base64", path, e.Message, field)
+		}
+	}
+}

@@ -2,11 +2,14 @@ package relay
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -64,6 +67,12 @@ func decodeRequest(r *http.Request, body []byte, v any) error {
 	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	if err := d.Decode(v); err != nil {
+		var ce base64.CorruptInputError
+		if errors.As(err, &ce) {
+			// encoding/json does not say which field: the request types
+			// have one field of bytes each.
+			return badRequest("The JSON body is not valid: field %s is not standard base64 (RFC 4648, with padding): bad character at offset %d.", quote(bytesField(v)), int64(ce))
+		}
 		return badRequest("The JSON body is not valid: %s", cleanDecodeError(err))
 	}
 	if _, err := d.Token(); err != io.EOF {
@@ -208,6 +217,26 @@ func cleanDecodeError(err error) string {
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// bytesField is the JSON name of the field of bytes in the struct v points
+// to ([]byte, or a pointer to one), for an error that names it.
+func bytesField(v any) string {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return "?"
+	}
+	bytesType := reflect.TypeFor[[]byte]()
+	for f := range t.Fields() {
+		if f.Type == bytesType || (f.Type.Kind() == reflect.Pointer && f.Type.Elem() == bytesType) {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return "?"
+}
 
 // writeBody encodes v as the client asked (JSON unless it accepts MessagePack).
 func writeBody(w http.ResponseWriter, r *http.Request, status int, v any) {
