@@ -125,22 +125,23 @@ func writeKeyFile(path, seed string, force bool) error {
 
 // errKeyFlag refuses the old -key flag: a private key on the command line
 // lands in shell history and in every process listing.
-var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -key-file or FN_ISSUER_PRIVATE_KEY")
+var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -issuer-key-file or FN_ISSUER_PRIVATE_KEY")
 
 func mintToken(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "check" {
 		return checkToken(args[1:], getenv, stdout)
 	}
-	fset := flags("token", `-device DEVICE [-household HOME] [-scope device|admin] [-ttl 24h] [-key-file FILE]
+	fset := flags("token", `-device DEVICE [-household HOME] [-scope device|admin] [-ttl 24h] [-issuer-key-file FILE]
        relay token check [flags] TOKEN|-     (relay token check -h)`, `Mints a device token signed with the issuer private key, read from
--key-file when given, else from FN_ISSUER_PRIVATE_KEY (a base64 seed) when
-set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
+-issuer-key-file when given, else from FN_ISSUER_PRIVATE_KEY (a base64 seed)
+when set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
 	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
 	household := fset.String("household", "home", "household (hh claim)")
 	device := fset.String("device", "", "device (sub claim)")
 	scope := fset.String("scope", token.ScopeDevice, "device or admin")
 	ttl := fset.Duration("ttl", 24*time.Hour, "how long the token is valid")
-	keyFile := fset.String("key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE)")
+	keyFile := fset.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
+	fset.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file (its older name)")
 	fset.Func("key", "refused: "+errKeyFlag.Error(), func(string) error { return errKeyFlag })
 	if _, err := config.Parse(fset, args, getenv, noEnv); err != nil {
 		return err
@@ -155,7 +156,7 @@ set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
 		return fmt.Errorf("token: -scope %q: want device or admin", *scope)
 	}
 	keyFileGiven := false
-	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" })
+	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" || f.Name == "issuer-key-file" })
 	var key ed25519.PrivateKey
 	var err error
 	switch seed, file := getenv("FN_ISSUER_PRIVATE_KEY"), getenv("FN_ISSUER_KEY_FILE"); {
@@ -191,4 +192,31 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	fmt.Fprintln(stdout, "migrations applied")
 	return st.Close()
+}
+
+// pubkey prints the public key of an issuer key file: what relays that
+// mint nothing themselves put in FN_ISSUER_KEYS.
+func pubkey(args []string, getenv func(string) string, stdout io.Writer) error {
+	fset := flags("pubkey", "[-issuer-key-file FILE]", `Prints the public key of the issuer private key in FILE (default
+FN_ISSUER_KEY_FILE, else data/issuer.key), as FN_ISSUER_KEYS takes it.`, stdout)
+	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
+	keyFile := fset.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE)")
+	if _, err := config.Parse(fset, args, getenv, func(f string) string {
+		if f == "issuer-key-file" {
+			return "FN_ISSUER_KEY_FILE"
+		}
+		return ""
+	}); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return fmt.Errorf("pubkey: unexpected argument %q", fset.Arg(0))
+	}
+	key, err := readIssuerKey(*keyFile)
+	if err != nil {
+		return fmt.Errorf("pubkey: %w", err)
+	}
+	pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
+	fmt.Fprintf(stdout, "public:  %s\n\ntrust it with FN_ISSUER_KEYS=%s\n", pub, pub)
+	return nil
 }

@@ -106,8 +106,10 @@ func TestTokenPrivateKey(t *testing.T) {
 	if tok := mint(nil, map[string]string{"FN_ISSUER_PRIVATE_KEY": envKey.seed, "FN_ISSUER_KEY_FILE": path}); !verifies(tok, envKey) {
 		t.Fatal("FN_ISSUER_PRIVATE_KEY was not used over FN_ISSUER_KEY_FILE")
 	}
-	if tok := mint([]string{"-key-file", path}, map[string]string{"FN_ISSUER_PRIVATE_KEY": envKey.seed}); !verifies(tok, fileKey) {
-		t.Fatal("-key-file did not win over FN_ISSUER_PRIVATE_KEY")
+	for _, flag := range []string{"-issuer-key-file", "-key-file"} { // the relay's name, and the older one
+		if tok := mint([]string{flag, path}, map[string]string{"FN_ISSUER_PRIVATE_KEY": envKey.seed}); !verifies(tok, fileKey) {
+			t.Fatalf("%s did not win over FN_ISSUER_PRIVATE_KEY", flag)
+		}
 	}
 	if tok := mint(nil, map[string]string{"FN_ISSUER_KEY_FILE": path}); !verifies(tok, fileKey) {
 		t.Fatal("FN_ISSUER_KEY_FILE was not used")
@@ -267,5 +269,33 @@ func TestSubcommandHelp(t *testing.T) {
 		if want := "usage: relay " + args[0]; !strings.Contains(string(out), want) || !strings.Contains(string(out), "  -") {
 			t.Fatalf("%v printed %q, want usage with flags", args, out)
 		}
+	}
+}
+
+// TestPubkey: relay pubkey prints the public key of an existing key file,
+// from -issuer-key-file or FN_ISSUER_KEY_FILE, and refuses a missing one.
+func TestPubkey(t *testing.T) {
+	k := newSeed(t)
+	path := filepath.Join(t.TempDir(), "issuer.key")
+	if err := os.WriteFile(path, []byte(k.seed+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		vars map[string]string
+	}{
+		{[]string{"pubkey", "-issuer-key-file", path}, nil},
+		{[]string{"pubkey"}, map[string]string{"FN_ISSUER_KEY_FILE": path}},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), c.args, env(c.vars), &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "FN_ISSUER_KEYS="+k.public()) {
+			t.Errorf("%v: %q lacks the public key %s", c.args, out.String(), k.public())
+		}
+	}
+	if err := run(context.Background(), []string{"pubkey", "-issuer-key-file", path + ".missing"}, env(nil), io.Discard, io.Discard); err == nil {
+		t.Error("pubkey of a missing file succeeded")
 	}
 }

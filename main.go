@@ -87,6 +87,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return keygen(args, stdout)
 	case "token":
 		return mintToken(args, getenv, stdout)
+	case "pubkey":
+		return pubkey(args, getenv, stdout)
 	case "migrate":
 		return migrate(ctx, args, getenv, stdout, stderr)
 	case "send":
@@ -179,6 +181,7 @@ const usage = `usage: relay [command] [flags]; relay help COMMAND or relay COMMA
 commands:
   serve    run the relay (default); flags and FN_* variables: relay serve -h
   keygen   create an issuer key pair
+  pubkey   print the public key of an issuer key file
   token    mint a device token with the issuer key;
            token check: show a token and whether the relay accepts it
   migrate  apply the store's migrations and exit

@@ -375,7 +375,7 @@ func startRelay(t *testing.T, bin, dir string) *relayProc {
 
 // token mints a device token of household "home" with the relay's key.
 func (r *relayProc) token(t *testing.T, device string) string {
-	out, err := exec.Command(r.bin, "token", "-key-file", filepath.Join(r.dir, "issuer.key"), "-household", "home", "-device", device).Output()
+	out, err := exec.Command(r.bin, "token", "-issuer-key-file", filepath.Join(r.dir, "issuer.key"), "-household", "home", "-device", device).Output()
 	if err != nil {
 		t.Fatalf("relay token: %v", err)
 	}
