@@ -342,6 +342,7 @@ type sendRecord struct {
 	scheduled time.Time
 	started   time.Time
 	answered  time.Time
+	firstAt   time.Time // when a poll first carried it
 	outcome   outcome
 	seq       int64
 	delivered int
@@ -430,7 +431,7 @@ type runner struct {
 	sends    []sendRecord
 	pending  int // accepted and not yet delivered
 	counts   counts
-	progress []time.Duration // started -> returned so far, for progress lines
+	progress []time.Duration // accepted -> returned so far, for progress lines: the summary's figure
 	// windows are the spans in which a relay was down for a crash the
 	// tester caused, from just before the kill to a second after it
 	// answered again.
@@ -621,6 +622,7 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	}
 
 	sched.start = t0.Add(ramp)
+	r.announce(ramp)
 	var herdHeld time.Duration
 	if r.cfg.herd {
 		// A herd is a population in step: every poll started at t0, so
@@ -891,6 +893,9 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	switch {
 	case err == nil:
 		rec.outcome = accepted
+		if !rec.firstAt.IsZero() { // a poll carried it before its 202 came
+			r.progress = append(r.progress, rec.firstAt.Sub(answered))
+		}
 		rec.seq = -1
 		for _, d := range resp.Deliveries {
 			if d.Device == p.recipient {
@@ -1085,8 +1090,9 @@ func (r *runner) record(p *pair, li int, resp client.PollResult, asked, at time.
 					r.pending--
 				}
 				r.counts.delivered++
-				if !rec.started.IsZero() {
-					r.progress = append(r.progress, at.Sub(rec.started))
+				rec.firstAt = at
+				if rec.outcome == accepted { // else when its 202 comes
+					r.progress = append(r.progress, at.Sub(rec.answered))
 				}
 			}
 			rec.delivered++
@@ -1140,9 +1146,10 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 			pending := r.owedLocked()
 			refused, errs := report.Total(c.refused), report.Total(c.errors)
 			r.mu.Unlock()
-			var p99 string
+			var p50, p99 string
 			if len(sorted) > 0 {
 				slices.Sort(sorted)
+				p50 = report.Percentile(sorted, 50).Round(time.Millisecond).String()
 				p99 = report.Percentile(sorted, 99).Round(time.Millisecond).String()
 			}
 			rate := float64(c.accepted-lastAccepted) / now.Sub(last).Seconds()
@@ -1152,10 +1159,25 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 				"held", r.held.Load(), "peak_held", r.peak.Load(),
 				"sends_per_s", fmt.Sprintf("%.1f", rate),
 				"accepted", c.accepted, "delivered", c.delivered, "owed", pending,
-				"p99_started_to_returned", p99,
+				"accepted_to_returned_p50", p50, "accepted_to_returned_p99", p99,
 				"late", c.late, "refused", refused, "errors", errs)
 		}
 	}
+}
+
+// announce says, before anything is sent, how long the run will take and
+// why: polls first, for a ramp with no sends, then the sends, then up to
+// the drain for what is still owed.
+func (r *runner) announce(ramp time.Duration) {
+	why := "the first polls spread over one wait period (-wait) so that they expire as a settled population's do, with no sends"
+	if r.cfg.herd {
+		ramp = time.Duration(r.cfg.wait) * time.Second
+		why = "every poll starts at once (-herd); the sends start as soon as all are held, at most one wait period (-wait) later"
+	}
+	r.logger.Info("plan: polls first, then sends, then the drain",
+		"ramp", ramp.String(), "ramp_why", why, "sends", r.cfg.duration.String(),
+		"drain_at_most", r.cfg.drain.String(), "about", (ramp + r.cfg.duration).Round(time.Second).String(),
+		"at_most", (ramp + r.cfg.duration + r.cfg.drain).Round(time.Second).String())
 }
 
 // sleepUntil waits for t or ctx; it reports whether t was reached.

@@ -642,3 +642,32 @@ func cgroupOf(t *testing.T, pid int, method string) string {
 	t.Fatalf("no %s memory cgroup for pid %d:\n%s", method, pid, b)
 	return ""
 }
+
+// TestRunSaysItsLength: before it sends, a run says how long it will take
+// and why (the ramp of polls with no sends, the sends, the drain), and its
+// progress lines name the figure its summary ends with.
+func TestRunSaysItsLength(t *testing.T) {
+	bin := needRelay(t)
+	out := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := append([]string{"-relay-bin", bin, "-out", out, "-progress", "1s"}, shortRun...)
+	if err := run(ctx, args, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	logs := stderr.String()
+	plan := strings.Index(logs, "plan: polls first, then sends")
+	sending := strings.Index(logs, "msg=sending")
+	if plan < 0 || sending < 0 || plan > sending {
+		t.Fatalf("no plan line before the sends:\n%s", logs)
+	}
+	for _, want := range []string{"ramp=2s", "sends=3s", "drain_at_most=8s", "about=5s", "at_most=13s"} {
+		if !strings.Contains(logs[plan:sending], want) {
+			t.Errorf("the plan line lacks %s:\n%s", want, logs[plan:sending])
+		}
+	}
+	if !strings.Contains(logs, "accepted_to_returned_p99=") || !strings.Contains(stdout.String(), "accepted->returned p50=") {
+		t.Errorf("progress and summary name different figures:\nstderr:\n%s\nstdout:\n%s", logs, stdout.String())
+	}
+}
