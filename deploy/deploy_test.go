@@ -474,6 +474,16 @@ func TestToolsAccept(t *testing.T) {
 	if err == nil {
 		err = os.WriteFile(unit, []byte(strings.Replace(string(src), "ExecStart=/usr/local/bin/relay", "ExecStart="+self, 1)), 0o644)
 	}
+	if err == nil {
+		// The push credentials drop-in, read by verify with the unit.
+		err = os.MkdirAll(unit+".d", 0o755)
+	}
+	if err == nil {
+		var dropIn []byte
+		if dropIn, err = os.ReadFile(filepath.Join("relay.service.d", "push.conf")); err == nil {
+			err = os.WriteFile(filepath.Join(unit+".d", "push.conf"), dropIn, 0o644)
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,6 +559,46 @@ func TestChecksCatchBreakage(t *testing.T) {
 		d.set(tt.file, tt.path, tt.to)
 		if p := d.problems(); !slices.ContainsFunc(p, func(m string) bool { return strings.Contains(m, tt.want) }) {
 			t.Errorf("%s %s = %v: no problem mentions %q: %q", tt.file, tt.path, tt.to, tt.want, p)
+		}
+	}
+}
+
+// TestPushCredentialsDropIn: each credential the drop-in loads is the file
+// a push setting the relay knows is pointed at, in the unit's credentials
+// directory, and nothing else is set there.
+func TestPushCredentialsDropIn(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("relay.service.d", "push.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := map[string]bool{}
+	pointed := map[string]string{} // credential -> setting
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "LoadCredential="); ok {
+			name, src, _ := strings.Cut(v, ":")
+			if !strings.HasPrefix(src, "/etc/relay/credentials/") {
+				t.Errorf("credential %s read from %s, not /etc/relay/credentials/", name, src)
+			}
+			loaded[name] = true
+		}
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			setting, val, _ := strings.Cut(v, "=")
+			cred, ok := strings.CutPrefix(val, "%d/")
+			if _, known := config.Lookup(setting); !known || !ok {
+				t.Errorf("%s: want a known FN_ setting pointed at %%d/CREDENTIAL", line)
+			}
+			pointed[cred] = setting
+		}
+	}
+	for _, want := range []string{"FN_APNS_KEY_FILE", "FN_FCM_CREDENTIALS_FILE"} {
+		if !slices.Contains(slices.Collect(maps.Values(pointed)), want) {
+			t.Errorf("the drop-in does not set %s", want)
+		}
+	}
+	for cred, setting := range pointed {
+		if !loaded[cred] {
+			t.Errorf("%s points at credential %s, which no LoadCredential= loads", setting, cred)
 		}
 	}
 }
