@@ -153,6 +153,8 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 	}
 	b := &pgx.Batch{}
 	b.Queue(sqlDeleteDeviceEnvelopes, household, device)
+	b.Queue(sqlForgetInvitations, household, device)
+	b.Queue(sqlForgetSecrets, household, device)
 	b.Queue(sqlRecordRemoval, household, device, micro(at))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return classify("delete device", err)

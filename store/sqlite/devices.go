@@ -27,6 +27,20 @@ func scanDevice(sc interface{ Scan(...any) error }) (store.Device, error) {
 
 // Register creates the device or updates the fields p sets, in one upsert.
 func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
+	var d store.Device
+	err := db.write(ctx, "register", func(tx *sql.Tx) error {
+		var err error
+		d, err = register(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return store.Device{}, err
+	}
+	return d, nil
+}
+
+// register is Register's upsert, on the writer's transaction tx.
+func register(ctx context.Context, tx *sql.Tx, p store.RegisterParams) (store.Device, error) {
 	var key any // NULL keeps the stored key
 	if len(p.IdentityKey) > 0 {
 		key = p.IdentityKey
@@ -37,32 +51,24 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 		push = *p.Push
 	}
 	now := micros(p.Now)
-	var d store.Device
-	err := db.write(ctx, "register", func(tx *sql.Tx) error {
-		// The removal check and the write are one statement, under the
-		// single writer: a credential older than the last removal neither
-		// creates the device again nor changes the one registered since.
-		var err error
-		d, err = scanDevice(tx.QueryRowContext(ctx, `INSERT INTO devices
-			(household, name, identity_key, push_kind, push_address, registered_at, last_seen)
-			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6 WHERE `+admitted("?8")+`
-			ON CONFLICT (household, name) DO UPDATE SET
-				identity_key = coalesce(excluded.identity_key, identity_key),
-				push_kind    = CASE WHEN ?7 THEN excluded.push_kind ELSE push_kind END,
-				push_address = CASE WHEN ?7 THEN excluded.push_address ELSE push_address END,
-				last_seen    = max(last_seen, excluded.last_seen)
-			WHERE `+admitted("?8")+`
-			RETURNING `+deviceColumns,
-			p.Household, p.Device, key, push.Kind, push.Address, now, setPush, issued(p.IssuedAt)))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlite: register %q: %w", p.Device, store.ErrRemoved)
-		}
-		return err
-	})
-	if err != nil {
-		return store.Device{}, err
+	// The removal check and the write are one statement, under the
+	// single writer: a credential older than the last removal neither
+	// creates the device again nor changes the one registered since.
+	d, err := scanDevice(tx.QueryRowContext(ctx, `INSERT INTO devices
+		(household, name, identity_key, push_kind, push_address, registered_at, last_seen)
+		SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6 WHERE `+admitted("?8")+`
+		ON CONFLICT (household, name) DO UPDATE SET
+			identity_key = coalesce(excluded.identity_key, identity_key),
+			push_kind    = CASE WHEN ?7 THEN excluded.push_kind ELSE push_kind END,
+			push_address = CASE WHEN ?7 THEN excluded.push_address ELSE push_address END,
+			last_seen    = max(last_seen, excluded.last_seen)
+		WHERE `+admitted("?8")+`
+		RETURNING `+deviceColumns,
+		p.Household, p.Device, key, push.Kind, push.Address, now, setPush, issued(p.IssuedAt)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Device{}, fmt.Errorf("sqlite: register %q: %w", p.Device, store.ErrRemoved)
 	}
-	return d, nil
+	return d, err
 }
 
 // admitted is true when the credential issued at the parameter issued (see
@@ -116,6 +122,9 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 	return db.write(ctx, "delete device", func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM envelopes WHERE household = ? AND device = ?`,
 			household, device); err != nil {
+			return err
+		}
+		if err := forget(ctx, tx, household, device); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM devices WHERE household = ? AND name = ?`, household, device)

@@ -292,7 +292,7 @@ func wrap(ctx context.Context, op string, err error) error {
 
 func isStoreError(err error) bool {
 	for _, s := range []error{store.ErrNotFound, store.ErrUnknownDevice, store.ErrConflict,
-		store.ErrQueueFull, store.ErrHouseholdFull, store.ErrCursorAhead, store.ErrUnavailable, store.ErrRemoved, errClosed} {
+		store.ErrQueueFull, store.ErrHouseholdFull, store.ErrCursorAhead, store.ErrUnavailable, store.ErrRemoved, store.ErrRefused, errClosed} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -70,6 +70,11 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Expire", testExpire},
 		{"Concurrency", testConcurrency},
 		{"ReportHealth", testReportHealth},
+		{"Pair", testPair},
+		{"Invitations", testInvitations},
+		{"Renew", testRenew},
+		{"PairingRemoval", testPairingRemoval},
+		{"ConcurrentRenewals", testConcurrentRenewals},
 		{"PingClose", testPingClose},
 	}
 	for _, tt := range tests {
