@@ -32,6 +32,9 @@ type Config struct {
 	// configured the relay creates (or reuses) IssuerKeyFile and trusts it.
 	IssuerKeys    []ed25519.PublicKey
 	IssuerKeyFile string
+	// IssuerKey is IssuerKeyFile's key once the binary has loaded it (not
+	// a setting): with it the relay mints tokens and pairs devices.
+	IssuerKey ed25519.PrivateKey
 
 	PollBudgetBytes     int64
 	MaxEnvelopeBytes    int
@@ -97,7 +100,17 @@ type Config struct {
 	// buffers up while they wait.
 	ParkPolls bool
 	// TrustedProxies are the peers whose X-Forwarded-For is believed.
-	TrustedProxies       []netip.Prefix
+	TrustedProxies []netip.Prefix
+	// Pairing (the relay mints tokens with IssuerKeyFile's key): how long
+	// an invitation, a minted access token and a renewal secret live, the
+	// relay's public base URL (empty: from each request), and pair and
+	// renew attempts per minute per client address and in all.
+	InviteTTL            time.Duration
+	AccessTokenTTL       time.Duration
+	RenewalTTL           time.Duration
+	PublicURL            string
+	PairRatePerAddress   int
+	PairRate             int
 	issuerKeysConfigured bool
 }
 
@@ -377,6 +390,31 @@ var settings = []Setting{
 		c.TrustedProxies = ps
 		return err
 	}},
+	{"FN_INVITE_TTL", "10m", "lifetime of a pairing invitation (1m to 24h); pairing is on only when the relay mints its own tokens (FN_ISSUER_KEYS empty)", durIn(time.Minute, 24*time.Hour, func(c *Config) *time.Duration { return &c.InviteTTL })},
+	{"FN_ACCESS_TOKEN_TTL", "1h", "lifetime of the access tokens that pairing and renewal mint (1m to 24h)", durIn(time.Minute, 24*time.Hour, func(c *Config) *time.Duration { return &c.AccessTokenTTL })},
+	{"FN_RENEWAL_TTL", "2160h", "lifetime of a renewal secret; each renewal issues a new one with a fresh lifetime (1h to 8760h)", durIn(time.Hour, 8760*time.Hour, func(c *Config) *time.Duration { return &c.RenewalTTL })},
+	{"FN_PUBLIC_URL", "", "the relay's public base URL, such as https://relay.example, in invitation links; empty: from each request (Host, and TLS or X-Forwarded-Proto from FN_TRUSTED_PROXIES)", func(c *Config, v string) error {
+		if v == "" {
+			c.PublicURL = ""
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return errors.New("want an http or https URL such as https://relay.example, without credentials, query or fragment")
+		}
+		c.PublicURL = strings.TrimSuffix(v, "/")
+		return nil
+	}},
+	{"FN_PAIR_RATE_PER_ADDRESS", "10", "pair and renew attempts per minute from one client address (also the burst); past it 429 rate_limited", func(c *Config, v string) error {
+		n, err := positive(v, 1_000_000)
+		c.PairRatePerAddress = int(n)
+		return err
+	}},
+	{"FN_PAIR_RATE", "100", "pair and renew attempts per minute from all clients together (also the burst); past it 429 rate_limited", func(c *Config, v string) error {
+		n, err := positive(v, 1_000_000)
+		c.PairRate = int(n)
+		return err
+	}},
 }
 
 // ParseTrustedProxies reads comma-separated CIDRs; a bare address is a
@@ -473,6 +511,19 @@ func dur(field func(*Config) *time.Duration) func(*Config, string) error {
 			return errors.New("want a duration such as 10s or 1m")
 		}
 		*field(c) = d
+		return nil
+	}
+}
+
+// durIn is dur within [lo, hi].
+func durIn(lo, hi time.Duration, field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if err := dur(field)(c, v); err != nil {
+			return err
+		}
+		if d := *field(c); d < lo || d > hi {
+			return fmt.Errorf("want a duration from %v to %v", lo, hi)
+		}
 		return nil
 	}
 }

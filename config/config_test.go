@@ -172,3 +172,34 @@ func TestCORSOriginsSetting(t *testing.T) {
 		t.Errorf("a bad FN_CORS_ORIGINS: %v, want an error naming it", err)
 	}
 }
+
+// TestPairingSettings: the pairing lifetimes keep to their ranges, the
+// defaults are the protocol's, and FN_PUBLIC_URL must be a plain http or
+// https base (its trailing slash dropped, as links append to it).
+func TestPairingSettings(t *testing.T) {
+	c, err := load(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.InviteTTL != 10*time.Minute || c.AccessTokenTTL != time.Hour || c.RenewalTTL != 90*24*time.Hour ||
+		c.PublicURL != "" || c.PairRatePerAddress != 10 || c.PairRate != 100 {
+		t.Errorf("defaults %v %v %v %q %d %d", c.InviteTTL, c.AccessTokenTTL, c.RenewalTTL, c.PublicURL, c.PairRatePerAddress, c.PairRate)
+	}
+	for _, bad := range []map[string]string{
+		{"FN_INVITE_TTL": "59s"}, {"FN_INVITE_TTL": "25h"}, {"FN_ACCESS_TOKEN_TTL": "0s"}, {"FN_ACCESS_TOKEN_TTL": "24h1s"},
+		{"FN_RENEWAL_TTL": "59m"}, {"FN_RENEWAL_TTL": "8761h"}, {"FN_PAIR_RATE": "0"}, {"FN_PAIR_RATE_PER_ADDRESS": "-1"},
+		{"FN_PUBLIC_URL": "relay.example"}, {"FN_PUBLIC_URL": "ftp://relay.example"}, {"FN_PUBLIC_URL": "https://u:p@relay.example"},
+		{"FN_PUBLIC_URL": "https://relay.example/?x=1"}, {"FN_PUBLIC_URL": "https://relay.example/#x"}, {"FN_PUBLIC_URL": "https://"},
+	} {
+		if _, err := load(nil, bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	c, err = load(nil, map[string]string{"FN_PUBLIC_URL": "https://relay.example/base/", "FN_INVITE_TTL": "24h", "FN_ACCESS_TOKEN_TTL": "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PublicURL != "https://relay.example/base" || c.InviteTTL != 24*time.Hour || c.AccessTokenTTL != time.Minute {
+		t.Errorf("got %q %v %v", c.PublicURL, c.InviteTTL, c.AccessTokenTTL)
+	}
+}
