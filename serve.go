@@ -77,6 +77,13 @@ const accessLogDelay = 100 * time.Millisecond
 func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay.Config {
 	return relay.Config{
 		IssuerKeys:          keys,
+		IssuerKey:           c.IssuerKey,
+		InviteTTL:           c.InviteTTL,
+		AccessTokenTTL:      c.AccessTokenTTL,
+		RenewalTTL:          c.RenewalTTL,
+		PublicURL:           c.PublicURL,
+		PairRatePerAddress:  c.PairRatePerAddress,
+		PairRate:            c.PairRate,
 		PollBudgetBytes:     c.PollBudgetBytes,
 		MaxEnvelopeBytes:    c.MaxEnvelopeBytes,
 		MaxWait:             c.MaxWait,
@@ -134,6 +141,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		keys = []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
 		minted = key
+		cfg.IssuerKey = key // the relay mints its devices' tokens: pairing is on
 	}
 
 	reg := prometheus.NewRegistry()

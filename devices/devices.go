@@ -209,6 +209,17 @@ func (m *Memory) Register(ctx context.Context, p store.RegisterParams) (store.De
 	return d, nil
 }
 
+// Pair redeems an invitation (store.Store.Pair) and records the
+// registration it made, as Register does.
+func (m *Memory) Pair(ctx context.Context, p store.PairParams) (store.Grant, error) {
+	g, err := m.store.Pair(ctx, p)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	m.positions.Registered(device.KeyOf(g.Household, g.Device), p.Now)
+	return g, nil
+}
+
 // lastSeenEvery is how often a device's activity is written at most.
 const lastSeenEvery = time.Minute
 

@@ -98,6 +98,29 @@ func (b *buckets[K]) allow(key K, now time.Time) bool {
 	return bk.AllowN(now, 1)
 }
 
+// take takes a token from key's bucket, or reports how long until there
+// is one.
+func (b *buckets[K]) take(key K, now time.Time) (ok bool, wait time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bk, _ := b.get(key, now)
+	return takeAt(bk.Limiter, now)
+}
+
+// takeAt takes a token from l at now, or reports how long until there is
+// one (and takes none).
+func takeAt(l *rate.Limiter, now time.Time) (ok bool, wait time.Duration) {
+	r := l.ReserveN(now, 1)
+	if !r.OK() {
+		return false, time.Minute
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
 // allowProgress lets through for free a poll whose cursor is above every
 // earlier one's of its device, and takes a token for any other.
 func (b *buckets[K]) allowProgress(key K, cursor int64, now time.Time) bool {

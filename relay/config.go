@@ -12,6 +12,21 @@ import (
 type Config struct {
 	// IssuerKeys are the trusted token issuers' public keys; at least one.
 	IssuerKeys []ed25519.PublicKey
+	// IssuerKey, when set, is the private key of one of IssuerKeys: the
+	// relay then pairs devices and mints their tokens (pairing.go). nil:
+	// tokens come from elsewhere and the pairing endpoints are 404.
+	IssuerKey ed25519.PrivateKey
+	// InviteTTL, AccessTokenTTL and RenewalTTL are the lifetimes of an
+	// invitation, a minted access token and a renewal secret.
+	InviteTTL      time.Duration
+	AccessTokenTTL time.Duration
+	RenewalTTL     time.Duration
+	// PublicURL is the base of invitation links; empty: from the request.
+	PublicURL string
+	// PairRatePerAddress and PairRate are pair and renew attempts a
+	// minute (and the burst), from one client address and in all.
+	PairRatePerAddress int
+	PairRate           int
 
 	PollBudgetBytes     int64
 	MaxEnvelopeBytes    int

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/flamenet/relay/store"
 )
@@ -38,7 +39,10 @@ type httpError struct {
 	Message string
 	Head    *int64 // cursor_ahead only
 	Limit   string // 429 only: which limit refused (limitSendRate, ...)
-	Cause   error
+	// RetryAfter, when above zero, is the Retry-After a 429 or 503 says
+	// (rounded up to whole seconds); zero: a short jittered wait.
+	RetryAfter time.Duration
+	Cause      error
 }
 
 func (e *httpError) Error() string {
@@ -119,7 +123,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		rec.code = he.Code
 	}
 	if he.Status == http.StatusTooManyRequests || he.Status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", retryAfter(he.Status))
+		ra := retryAfter(he.Status)
+		if he.RetryAfter > 0 {
+			ra = strconv.FormatInt(int64((he.RetryAfter+time.Second-1)/time.Second), 10)
+		}
+		w.Header().Set("Retry-After", ra)
 	}
 	if he.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="relay"`)

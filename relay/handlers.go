@@ -475,6 +475,7 @@ type deviceJSON struct {
 	Device       string `json:"device" msgpack:"device"`
 	IdentityKey  []byte `json:"identity_key" msgpack:"identity_key"`
 	X25519Key    []byte `json:"x25519_key" msgpack:"x25519_key"`
+	PushKind     string `json:"push_kind" msgpack:"push_kind"`
 	RegisteredAt string `json:"registered_at" msgpack:"registered_at"`
 	LastSeen     string `json:"last_seen" msgpack:"last_seen"`
 }
@@ -509,7 +510,10 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request, c *token.Claims
 		out.Next = ds[len(ds)-1].Name
 	}
 	for _, d := range ds {
-		j := deviceJSON{Device: d.Name, RegisteredAt: timestamp(d.RegisteredAt), LastSeen: timestamp(d.LastSeen)}
+		j := deviceJSON{Device: d.Name, RegisteredAt: timestamp(d.RegisteredAt), LastSeen: timestamp(d.LastSeen), PushKind: d.Push.Kind}
+		if d.Push.Empty() {
+			j.PushKind = device.PushNone
+		}
 		if len(d.IdentityKey) > 0 {
 			j.IdentityKey = d.IdentityKey
 			j.X25519Key, _ = edkey.Montgomery(d.IdentityKey)

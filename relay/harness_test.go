@@ -61,6 +61,7 @@ func newHarnessWith(t testing.TB, deps Deps, mutate func(*Config)) *harness {
 	}
 	cfg := DefaultConfig()
 	cfg.IssuerKeys = []ed25519.PublicKey{pub}
+	cfg.IssuerKey = key // the relay mints too: pairing is on
 	// Tests send from one household far faster than one household may;
 	// those about fairness set the household's bucket themselves.
 	cfg.HouseholdSendRate, cfg.HouseholdSendBurst = cfg.SendRate, cfg.SendBurst

@@ -83,6 +83,7 @@ type Server struct {
 	draining  atomic.Bool
 	readiness readiness
 	limits    limits
+	pairing   pairing
 	logs      logs
 	hooks     hooks
 	run       run
@@ -177,6 +178,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.initPairing()
 	s.limits.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
 	if s.cfg.DeviceAnswerBytesInFlight == 0 {
 		s.cfg.DeviceAnswerBytesInFlight = 2 * s.cfg.pendingAnswerSize(math.MaxInt64, maxPollLimit)
@@ -268,6 +270,10 @@ func (s *Server) router() chi.Router {
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
+	r.Post("/v1/invitations", s.pairingOn(s.authed(s.createInvitation)))
+	r.Get("/v1/invitations", s.pairingOn(s.authed(s.listInvitations)))
+	r.Post("/v1/pair", s.unauthed(s.pair))
+	r.Post("/v1/renew", s.unauthed(s.renew))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "No such endpoint."))
 	})

@@ -1,0 +1,304 @@
+package relay
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/token"
+	"github.com/flamenet/relay/wake/local"
+)
+
+// clock is a fake clock a test moves by hand.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// newPairingHarness is a relay on SQLite whose clock the test moves.
+func newPairingHarness(t *testing.T, mutate func(*Config)) (*harness, *clock) {
+	t.Helper()
+	h, clk, _ := newPairingHarnessLog(t, mutate)
+	return h, clk
+}
+
+// newPairingHarnessLog is newPairingHarness with its log, JSON lines, in
+// a buffer.
+func newPairingHarnessLog(t *testing.T, mutate func(*Config)) (*harness, *clock, *servicetest.Buffer) {
+	t.Helper()
+	log := &servicetest.Buffer{}
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	clk := newClock()
+	h := newHarnessWith(t, Deps{Store: db, Hub: local.New(nil), Now: clk.now, Logger: slog.New(slog.NewJSONHandler(log, nil))}, mutate)
+	h.db = db
+	return h, clk, log
+}
+
+// adminAt is an admin token of household home issued at the clock's now.
+func (h *harness) adminAt(now time.Time) string {
+	h.t.Helper()
+	return h.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
+}
+
+func (h *harness) invite(admin, device, scope string) invitationResponse {
+	h.t.Helper()
+	body := map[string]any{"device": device}
+	if scope != "" {
+		body["scope"] = scope
+	}
+	var out invitationResponse
+	h.must("POST", "/v1/invitations", admin, body, http.StatusCreated).json(h.t, &out)
+	return out
+}
+
+func (h *harness) pairWith(body any, want int) credentialsResponse {
+	h.t.Helper()
+	var out credentialsResponse
+	r := h.must("POST", "/v1/pair", "", body, want)
+	if want == http.StatusOK {
+		r.json(h.t, &out)
+	}
+	return out
+}
+
+func (h *harness) renewWith(secret string, want int) credentialsResponse {
+	h.t.Helper()
+	var out credentialsResponse
+	r := h.must("POST", "/v1/renew", "", map[string]any{"renewal_secret": secret}, want)
+	if want == http.StatusOK {
+		r.json(h.t, &out)
+	}
+	return out
+}
+
+// TestPairEndToEnd: an admin invites, the device pairs with the code and
+// gets a working token of the invited scope and a renewal secret; renewal
+// rotates; the code is single use.
+func TestPairEndToEnd(t *testing.T) {
+	h, clk := newPairingHarness(t, func(c *Config) { c.AccessTokenTTL = 20 * time.Minute })
+	now := clk.now()
+	admin := h.adminAt(now)
+	inv := h.invite(admin, "phone", "")
+	if inv.Device != "phone" || inv.Scope != "device" || inv.Household != "home" {
+		t.Fatalf("invitation %+v", inv)
+	}
+	if want := h.url + "/console/#pair=" + inv.Code; inv.URL != want {
+		t.Errorf("url = %q, want %q", inv.URL, want)
+	}
+	if want := timestamp(now.UTC().Truncate(time.Microsecond).Add(10 * time.Minute)); inv.ExpiresAt != want {
+		t.Errorf("expires_at = %q, want %q", inv.ExpiresAt, want)
+	}
+	key := []byte(h.key.Public().(ed25519.PublicKey)) // any valid Ed25519 public key
+	c := h.pairWith(map[string]any{"code": inv.Code, "identity_key": key}, http.StatusOK)
+	if c.Household != "home" || c.Device != "phone" || c.Scope != "device" || !validRenewalSecret(c.RenewalSecret) {
+		t.Fatalf("pair = %+v", c)
+	}
+	claims, err := token.Verify(c.AccessToken, h.srv.keys, clk.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Household != "home" || claims.Device != "phone" || claims.Scope != "device" ||
+		claims.IssuedAt.Unix() != now.Unix() || claims.Expires.Sub(claims.IssuedAt) != 20*time.Minute {
+		t.Errorf("claims %+v, want home/phone/device issued now for 20m", claims)
+	}
+	if want := timestamp(claims.Expires); c.AccessExpiresAt != want {
+		t.Errorf("access_expires_at = %q, want %q", c.AccessExpiresAt, want)
+	}
+	if want := timestamp(now.UTC().Truncate(time.Microsecond).Add(90 * 24 * time.Hour)); c.RenewalExpiresAt != want {
+		t.Errorf("renewal_expires_at = %q, want %q", c.RenewalExpiresAt, want)
+	}
+	// The token works, and the device is registered with its key.
+	var list devicesResponse
+	h.must("GET", "/v1/devices", c.AccessToken, nil, http.StatusOK).json(t, &list)
+	if len(list.Devices) != 1 || list.Devices[0].Device != "phone" || string(list.Devices[0].IdentityKey) != string(key) || list.Devices[0].PushKind != "none" {
+		t.Fatalf("devices = %+v", list.Devices)
+	}
+	// The admin sees the redemption and the key.
+	var ins invitationsResponse
+	h.must("GET", "/v1/invitations", admin, nil, http.StatusOK).json(t, &ins)
+	if len(ins.Invitations) != 1 || ins.Invitations[0].RedeemedAt == nil || string(ins.Invitations[0].IdentityKey) != string(key) {
+		t.Fatalf("invitations = %+v", ins)
+	}
+	// Single use.
+	h.pairWith(map[string]any{"code": inv.Code}, http.StatusUnauthorized)
+
+	clk.advance(15 * time.Minute)
+	r := h.renewWith(c.RenewalSecret, http.StatusOK)
+	if r.RenewalSecret == c.RenewalSecret || r.Device != "phone" {
+		t.Fatalf("renew = %+v", r)
+	}
+	if _, err := token.Verify(r.AccessToken, h.srv.keys, clk.now()); err != nil {
+		t.Fatal(err)
+	}
+	h.renewWith(r.RenewalSecret, http.StatusOK)
+}
+
+// TestInvitationScopes: only admin tokens invite or list; an admin
+// invitation pairs an admin device; bad requests are 400.
+func TestInvitationScopes(t *testing.T) {
+	h, clk := newPairingHarness(t, nil)
+	dev := h.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: clk.now(), Expires: clk.now().Add(time.Hour)})
+	if code := h.must("POST", "/v1/invitations", dev, map[string]any{"device": "x"}, http.StatusForbidden).errCode(t); code != codeForbidden {
+		t.Errorf("device token inviting: %s", code)
+	}
+	h.must("GET", "/v1/invitations", dev, nil, http.StatusForbidden)
+	h.must("POST", "/v1/invitations", "", map[string]any{"device": "x"}, http.StatusUnauthorized)
+	admin := h.adminAt(clk.now())
+	for _, body := range []string{`{"device":"bad name"}`, `{}`, `{"device":"x","scope":"root"}`, `{"device":`, `[1]`} {
+		if code := h.must("POST", "/v1/invitations", admin, body, http.StatusBadRequest).errCode(t); code != codeBadRequest {
+			t.Errorf("%s: %s", body, code)
+		}
+	}
+	h.must("POST", "/v1/invitations", admin, `{"device":"x","pad":"`+strings.Repeat("x", 1<<10)+`"}`, http.StatusRequestEntityTooLarge)
+	inv := h.invite(admin, "tablet", "admin")
+	c := h.pairWith(map[string]any{"code": inv.Code}, http.StatusOK)
+	if c.Scope != "admin" {
+		t.Fatalf("scope %q, want admin", c.Scope)
+	}
+	// The paired admin may invite in turn.
+	h.invite(c.AccessToken, "watch", "")
+}
+
+// TestCodeShape: codes are ten characters of Crockford's base32 in two
+// groups, and differ; the alphabet's 32 characters all occur.
+func TestCodeShape(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{5}-[0-9A-HJKMNP-TV-Z]{5}$`)
+	seen := map[string]bool{}
+	chars := map[rune]bool{}
+	for range 2000 {
+		c := newCode()
+		if !re.MatchString(c) {
+			t.Fatalf("code %q is not two groups of five Crockford base32 characters", c)
+		}
+		if seen[c] {
+			t.Fatalf("code %q drawn twice in 2000 (50 bits each)", c)
+		}
+		seen[c] = true
+		for _, r := range c {
+			chars[r] = true
+		}
+	}
+	if len(chars) != 33 { // 32 and the dash
+		t.Errorf("2000 codes used %d characters, want all 32 and the dash", len(chars))
+	}
+	for _, n := range []string{"ABCDE-FGHJK"} {
+		if got, ok := normalizeCode(n); !ok || got != "ABCDEFGHJK" {
+			t.Errorf("normalizeCode(%q) = %q, %v", n, got, ok)
+		}
+	}
+}
+
+// TestCodeNormalization: a code redeems however it is typed (case,
+// dashes, spaces, O for 0, I and L for 1); anything else outside the
+// alphabet is the same refusal as a wrong code.
+func TestCodeNormalization(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, want string
+		ok             bool
+	}{
+		{"canonical", "ABCDE-FGHJK", "ABCDEFGHJK", true},
+		{"lower, no dash", "abcdefghjk", "ABCDEFGHJK", true},
+		{"spaces", " AB CDE FGH JK ", "ABCDEFGHJK", true},
+		{"O I L", "O0IIL-1lioo", "0011111100", true},
+		{"U", "ABCDE-FGHJU", "", false},
+		{"short", "ABCDE-FGHJ", "", false},
+		{"long", "ABCDE-FGHJKM", "", false},
+		{"punctuation", "ABCDE_FGHJK", "", false},
+		{"unicode", "ABCDE-FGHJĸ", "", false},
+		{"empty", "", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := normalizeCode(tt.in)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("normalizeCode(%q) = %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+	h, clk := newPairingHarness(t, nil)
+	inv := h.invite(h.adminAt(clk.now()), "phone", "")
+	typed := strings.ToLower(strings.ReplaceAll(inv.Code, "-", " "))
+	typed = strings.NewReplacer("0", "o", "1", "l").Replace(typed)
+	h.pairWith(map[string]any{"code": typed}, http.StatusOK)
+}
+
+// TestPairRefusalsAlike: every refused code or secret (wrong, malformed,
+// used, expired, replaced, removed, revoked, reused) gets the same 401
+// with the same body; the reason is in the log only.
+func TestPairRefusalsAlike(t *testing.T) {
+	h, clk, log := newPairingHarnessLog(t, func(c *Config) { c.PairRatePerAddress = 1000 })
+	admin := h.adminAt(clk.now())
+	used := h.invite(admin, "used", "")
+	first := h.pairWith(map[string]any{"code": used.Code}, http.StatusOK)
+	expired := h.invite(admin, "late", "")
+	replaced := h.invite(admin, "twice", "")
+	h.invite(admin, "twice", "")
+	removed := h.invite(admin, "gone", "")
+	gone := h.pairWith(map[string]any{"code": removed.Code}, http.StatusOK)
+	removedAgain := h.invite(admin, "gone", "") // pending when removed
+	clk.advance(time.Second)
+	h.must("DELETE", "/v1/devices/gone", h.adminAt(clk.now()), nil, http.StatusNoContent)
+	second := h.renewWith(first.RenewalSecret, http.StatusOK)
+	clk.advance(11 * time.Minute) // past the invitations' lives and the retry grace
+
+	var bodies []string
+	check := func(path string, body any) {
+		t.Helper()
+		r := h.must("POST", path, "", body, http.StatusUnauthorized)
+		if r.errCode(t) != codeUnauthorized {
+			t.Errorf("%s %v: %s", path, body, r.body)
+		}
+		bodies = append(bodies, string(r.body))
+	}
+	check("/v1/pair", map[string]any{"code": "00000-00000"})                   // unknown
+	check("/v1/pair", map[string]any{"code": "not a code"})                    // malformed
+	check("/v1/pair", map[string]any{"code": used.Code})                       // used
+	check("/v1/pair", map[string]any{"code": expired.Code})                    // expired
+	check("/v1/pair", map[string]any{"code": replaced.Code})                   // replaced
+	check("/v1/pair", map[string]any{"code": removedAgain.Code})               // removed
+	check("/v1/renew", map[string]any{"renewal_secret": "fnr1.x"})             // malformed
+	check("/v1/renew", map[string]any{"renewal_secret": newRenewalSecret()})   // unknown
+	check("/v1/renew", map[string]any{"renewal_secret": gone.RenewalSecret})   // removed
+	check("/v1/renew", map[string]any{"renewal_secret": first.RenewalSecret})  // reused: revokes
+	check("/v1/renew", map[string]any{"renewal_secret": second.RenewalSecret}) // revoked
+	for _, b := range bodies[1:] {
+		if b != bodies[0] {
+			t.Errorf("refusal bodies differ: %q and %q", bodies[0], b)
+		}
+	}
+	// The log tells each refusal's real reason, in order.
+	var reasons []string
+	for line := range strings.Lines(log.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if m["msg"] == "pairing refused" {
+			reasons = append(reasons, m["reason"].(string))
+		}
+	}
+	// (A removal forgets the device's invitations and secrets: unknown.)
+	want := []string{"unknown", "malformed", "used", "expired", "unknown", "unknown", "malformed", "unknown", "unknown", "reused", "revoked"}
+	if strings.Join(reasons, " ") != strings.Join(want, " ") {
+		t.Errorf("logged reasons %q, want %q", reasons, want)
+	}
+}
