@@ -127,6 +127,29 @@ func writeKeyFile(path, seed string, force bool) error {
 // lands in shell history and in every process listing.
 var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -issuer-key-file or FN_ISSUER_PRIVATE_KEY")
 
+// cliIssuerKey is the issuer private key a command that mints uses: from
+// its -issuer-key-file (or -key-file) flag when given, else from
+// FN_ISSUER_PRIVATE_KEY (a base64 seed) when set, else from
+// FN_ISSUER_KEY_FILE, else from keyFile, the flag's default. from says
+// where it came from, for messages.
+func cliIssuerKey(fset *flag.FlagSet, keyFile string, getenv func(string) string) (key ed25519.PrivateKey, from string, err error) {
+	keyFileGiven := false
+	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" || f.Name == "issuer-key-file" })
+	switch seed, file := getenv("FN_ISSUER_PRIVATE_KEY"), getenv("FN_ISSUER_KEY_FILE"); {
+	case keyFileGiven:
+		from = keyFile
+	case seed != "":
+		key, err = parseSeed(strings.TrimSpace(seed))
+		return key, "FN_ISSUER_PRIVATE_KEY", err
+	case file != "":
+		from = file
+	default:
+		from = keyFile
+	}
+	key, err = readIssuerKey(from)
+	return key, from, err
+}
+
 func mintToken(args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "check" {
 		return checkToken(args[1:], getenv, stdout)
@@ -155,20 +178,7 @@ when set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
 	if *scope != token.ScopeDevice && *scope != token.ScopeAdmin {
 		return fmt.Errorf("token: -scope %q: want device or admin", *scope)
 	}
-	keyFileGiven := false
-	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" || f.Name == "issuer-key-file" })
-	var key ed25519.PrivateKey
-	var err error
-	switch seed, file := getenv("FN_ISSUER_PRIVATE_KEY"), getenv("FN_ISSUER_KEY_FILE"); {
-	case keyFileGiven:
-		key, err = readIssuerKey(*keyFile)
-	case seed != "":
-		key, err = parseSeed(strings.TrimSpace(seed))
-	case file != "":
-		key, err = readIssuerKey(file)
-	default:
-		key, err = readIssuerKey(*keyFile)
-	}
+	key, _, err := cliIssuerKey(fset, *keyFile, getenv)
 	if err != nil {
 		return fmt.Errorf("token: issuer key: %w", err)
 	}

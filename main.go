@@ -1,6 +1,6 @@
 // Command relay stores end-to-end encrypted envelopes until each recipient
 // device fetches them. Subcommands: serve (default), keygen, token,
-// migrate, send, listen, probe, version. See README.md.
+// migrate, send, listen, invite, probe, version. See README.md.
 package main
 
 import (
@@ -99,6 +99,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return backupCmd(ctx, args, getenv, stdout, stderr)
 	case "restore":
 		return restoreCmd(ctx, args, getenv, stdout, stderr)
+	case "invite":
+		return inviteCmd(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
@@ -189,6 +191,7 @@ commands:
   restore  put a backup in place of the SQLite database (relay stopped)
   send     send an envelope as a device: relay send -h
   listen   print a device's envelopes as JSON lines: relay listen -h
+  invite   make a pairing code (and QR code) for a device: relay invite -h
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
   version  print the version

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	qrcode "github.com/skip2/go-qrcode"
+
+	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/token"
+)
+
+// inviteSubject is the sub of the admin tokens relay invite mints: the
+// access log names the command, not a device.
+const inviteSubject = "relay-cli"
+
+// inviteTokenLife is how long relay invite's admin token lives: the one
+// request it makes, with room for clocks a little apart.
+const inviteTokenLife = 60 * time.Second
+
+const inviteUsage = `usage: relay invite -device DEVICE [-household HOME] [-scope device|admin] [-url URL] [-issuer-key-file FILE]
+
+Asks the relay for a single-use invitation code for DEVICE (POST
+/v1/invitations) with a 60-second admin token minted with the issuer
+private key (read as relay token reads it), and prints the code, the
+pairing link, its expiry and the link as a QR code. On the device:
+relay pair -url URL -code CODE -store FILE, or open the link. Only a relay
+that mints its own tokens (FN_ISSUER_KEYS empty) pairs devices.
+
+flags:`
+
+// inviteAnswer is POST /v1/invitations' 201 answer.
+type inviteAnswer struct {
+	Code      string `json:"code"`
+	URL       string `json:"url"`
+	Household string `json:"household"`
+	Device    string `json:"device"`
+	Scope     string `json:"scope"`
+	ExpiresAt string `json:"expires_at"`
+}
+
+func inviteCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("invite", flag.ContinueOnError)
+	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
+	household := fs.String("household", "home", "household")
+	device := fs.String("device", "", "the device to invite (its name)")
+	scope := fs.String("scope", token.ScopeDevice, "the paired device's scope: device or admin")
+	url := fs.String("url", "http://127.0.0.1:8080", "relay base URL (env FN_RELAY_URL)")
+	keyFile := fs.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
+	fs.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file")
+	if err := parseFlags(fs, args, getenv, inviteUsage, stdout, stderr); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("invite: unexpected argument %q", fs.Arg(0))
+	case *device == "":
+		return usageErr("invite: -device is required")
+	case *scope != token.ScopeDevice && *scope != token.ScopeAdmin:
+		return usageErr("invite: -scope %q: want device or admin", *scope)
+	}
+	key, from, err := cliIssuerKey(fs, *keyFile, getenv)
+	if err != nil {
+		return fmt.Errorf("invite: issuer key: %w", err)
+	}
+	tok, err := inviteToken(key, *household, time.Now())
+	if err != nil {
+		return err
+	}
+	base := strings.TrimRight(*url, "/")
+	inv, err := requestInvitation(ctx, base, tok, *device, *scope)
+	if err != nil {
+		return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
+	}
+	return printInvitation(stdout, base, inv, time.Now())
+}
+
+// inviteToken is the admin token of household relay invite sends: sub
+// relay-cli, living inviteTokenLife from now.
+func inviteToken(key ed25519.PrivateKey, household string, now time.Time) (string, error) {
+	return token.Mint(key, token.Claims{Household: household, Device: inviteSubject, Scope: token.ScopeAdmin,
+		IssuedAt: now, Expires: now.Add(inviteTokenLife)})
+}
+
+// requestInvitation makes the invitation; a refusal is an error carrying
+// the relay's message and what it most likely means.
+func requestInvitation(ctx context.Context, base, tok, device, scope string) (inviteAnswer, error) {
+	body, err := json.Marshal(map[string]string{"device": device, "scope": scope})
+	if err != nil {
+		return inviteAnswer{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/invitations", bytes.NewReader(body))
+	if err != nil {
+		return inviteAnswer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return inviteAnswer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return inviteAnswer{}, err
+	}
+	if resp.StatusCode != http.StatusCreated {
+		var e struct{ Error, Message string }
+		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
+		hint := ""
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			hint = ": the relay does not trust this issuer key"
+		case http.StatusNotFound:
+			hint = ": the relay does not pair devices (its tokens come from another issuer: FN_ISSUER_KEYS is set)"
+		}
+		return inviteAnswer{}, fmt.Errorf("%s %s%s", resp.Status, e.Message, hint)
+	}
+	var inv inviteAnswer
+	if err := json.Unmarshal(b, &inv); err != nil || inv.Code == "" {
+		return inviteAnswer{}, errors.New("the answer is not an invitation")
+	}
+	return inv, nil
+}
+
+// printInvitation prints the code, the link, the expiry and the link as a
+// QR code of half-block characters, which most terminals show square.
+func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) error {
+	q, err := qrcode.New(inv.URL, qrcode.Medium)
+	if err != nil {
+		return fmt.Errorf("invite: QR code: %w", err)
+	}
+	expiry := inv.ExpiresAt
+	if t, err := time.Parse(time.RFC3339Nano, inv.ExpiresAt); err == nil {
+		expiry = fmt.Sprintf("%s (in %s)", t.Local().Format("2006-01-02 15:04:05 MST"), t.Sub(now).Round(time.Second))
+	}
+	fmt.Fprintf(w, "Invitation for device %q of household %q (scope %s), single use:\n\n", inv.Device, inv.Household, inv.Scope)
+	fmt.Fprintf(w, "  code:     %s\n  link:     %s\n  expires:  %s\n\n", inv.Code, inv.URL, expiry)
+	fmt.Fprint(w, q.ToSmallString(false))
+	fmt.Fprintf(w, "\nOn the device, open the link, or run:\n\n  relay pair -url %s -code %s -store %s.json\n", base, inv.Code, inv.Device)
+	return nil
+}

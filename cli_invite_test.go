@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	qrcode "github.com/skip2/go-qrcode"
+
+	"github.com/flamenet/relay/token"
+)
+
+// TestInvite: relay invite, against a real relay that mints its own
+// tokens, prints a code that pairs the device with the asked scope, the
+// link carrying it, its expiry and the link as a QR code; the relay's
+// access log names the command's token relay-cli.
+func TestInvite(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	p := start(t, map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": keyFile,
+	})
+	base := "http://" + p.addr
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"invite", "-household", "flat", "-device", "tablet", "-scope", "admin", "-url", base, "-issuer-key-file", keyFile},
+		noEnv, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("invite: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	m := regexp.MustCompile(`(?m)^  code: +(\S+)\n  link: +(\S+)\n  expires: +(.+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no code, link and expiry in:\n%s", out)
+	}
+	code, link := m[1], m[2]
+	if link != base+"/console/#pair="+code || !strings.Contains(m[3], "(in 10m0s)") {
+		t.Errorf("link %q, expiry %q", link, m[3])
+	}
+	q, err := qrcode.New(link, qrcode.Medium)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, q.ToSmallString(false)) {
+		t.Errorf("no QR code of the link in:\n%s", out)
+	}
+	if !strings.Contains(out, "relay pair -url "+base+" -code "+code) {
+		t.Errorf("no pair command in:\n%s", out)
+	}
+
+	status, body := request(t, "POST", base+"/v1/pair", "", `{"code":"`+code+`"}`)
+	var c struct{ Household, Device, Scope string }
+	if err := json.Unmarshal(body, &c); status != http.StatusOK || err != nil || c != (struct{ Household, Device, Scope string }{"flat", "tablet", "admin"}) {
+		t.Fatalf("pairing with the printed code: %d %s", status, body)
+	}
+	if _, err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`method=POST route=/v1/invitations status=201 .*household=flat device=relay-cli`).MatchString(p.logs()) {
+		t.Errorf("no access line of the invitation by relay-cli:\n%s", p.logs())
+	}
+}
+
+// TestInviteRefusals: a key the relay does not trust, a relay that does
+// not pair (FN_ISSUER_KEYS set) and a bad command line each end the
+// command with the reason.
+func TestInviteRefusals(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	other := filepath.Join(dir, "other.key")
+	for _, f := range []string{keyFile, other} {
+		if err := run(context.Background(), []string{"keygen", "-out", f}, noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pairing := start(t, map[string]string{"FN_LISTEN": "127.0.0.1:0", "FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "a.db"), "FN_ISSUER_KEY_FILE": keyFile})
+	key, err := readIssuerKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	outside := start(t, map[string]string{"FN_LISTEN": "127.0.0.1:0", "FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "b.db"),
+		"FN_ISSUER_KEYS": base64.StdEncoding.EncodeToString(pub)})
+	for _, tt := range []struct {
+		args []string
+		want string
+		code int // exit code; 0: an error without one (exit 1)
+	}{
+		{[]string{"-url", "http://" + pairing.addr, "-key-file", other, "-device", "phone"}, "does not trust this issuer key", 0},
+		{[]string{"-url", "http://" + outside.addr, "-key-file", keyFile, "-device", "phone"}, "does not pair devices", 0},
+		{[]string{"-url", "http://" + pairing.addr, "-key-file", keyFile, "-device", "bad name"}, "400", 0},
+		{[]string{"-key-file", keyFile}, "-device is required", 2},
+		{[]string{"-key-file", keyFile, "-device", "phone", "-scope", "root"}, "-scope", 2},
+		{[]string{"-key-file", filepath.Join(dir, "missing.key"), "-device", "phone"}, "issuer key", 0},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"invite"}, tt.args...), noEnv, &stdout, &stderr)
+		var exit *exitError
+		gotCode := 0
+		if errors.As(err, &exit) {
+			gotCode = exit.code
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) || gotCode != tt.code {
+			t.Errorf("%q: %v (exit %d), want an error with %q, exit %d", tt.args, err, gotCode, tt.want, tt.code)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%q printed %q", tt.args, stdout.String())
+		}
+	}
+}
+
+// TestInviteToken: relay invite's token is an admin token of the
+// household, sub relay-cli, living 60 seconds.
+func TestInviteToken(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	tok, err := inviteToken(key, "home", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := token.Verify(tok, []ed25519.PublicKey{pub}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Household != "home" || c.Device != "relay-cli" || c.Scope != token.ScopeAdmin || c.Expires.Sub(c.IssuedAt) != time.Minute || !c.IssuedAt.Equal(now) {
+		t.Errorf("claims %+v", c)
+	}
+}
