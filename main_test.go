@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -393,10 +394,61 @@ func TestFirstRun(t *testing.T) {
 	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"go run . token -household home -device phone", "curl", "http://" + p.addr + "/v1/register"} {
+	// The commands name this binary and the key file by its absolute
+	// path (the test's key file is absolute already: a relative one is
+	// TestWelcomeNamesBinaryAndKey's).
+	for _, want := range []string{
+		relayBin + " invite -url http://" + p.addr + " -key-file " + keyFile + " -device phone",
+		"TOKEN=$(" + relayBin + " token -key-file " + keyFile + " -household home -device phone)",
+		"curl", "http://" + p.addr + "/v1/register",
+	} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("welcome text lacks %q:\n%s", want, p.out)
 		}
+	}
+	if strings.Contains(p.out.String(), "go run") {
+		t.Errorf("welcome text of a built binary says go run:\n%s", p.out)
+	}
+}
+
+// TestWelcomeNamesBinaryAndKey: the start-up text's commands run this
+// binary as it was started ("go run ." only when go run built it) with
+// the key file's absolute path, quoted for the shell when needed, in text
+// and in the JSON log line alike (TestInvite runs the invite command).
+func TestWelcomeNamesBinaryAndKey(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"/tmp/go-build123456/b001/exe/relay": "go run .",
+		"./relay":                            "./relay",
+		"relay":                              "relay",
+		"/opt/my relay/relay":                "'/opt/my relay/relay'",
+		"/opt/it's/relay":                    `'/opt/it'\''s/relay'`,
+		"/home/me/go-build/relay":            "/home/me/go-build/relay",
+	} {
+		if got := selfCommand(arg0); got != want {
+			t.Errorf("selfCommand(%q) = %q, want %q", arg0, got, want)
+		}
+	}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	var text, logs bytes.Buffer
+	welcome("text", &text, nil, "127.0.0.1:8080", "data/issuer.key", "./relay")
+	abs := filepath.Join(dir, "data", "issuer.key")
+	for _, want := range []string{
+		"./relay invite -url http://127.0.0.1:8080 -key-file " + abs + " -device phone",
+		"./relay token -key-file " + abs + " -household home -device phone",
+		"The relay trusts the issuer key in " + abs,
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("welcome text lacks %q:\n%s", want, text.String())
+		}
+	}
+	welcome("json", io.Discard, slog.New(slog.NewJSONHandler(&logs, nil)), "127.0.0.1:8080", "data/issuer.key", "./relay")
+	var line map[string]any
+	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
+		t.Fatalf("welcome log %q: %v", logs.String(), err)
+	}
+	if msg, _ := line["msg"].(string); line["key_file"] != abs || !strings.Contains(msg, "./relay invite -url http://127.0.0.1:8080 -key-file "+abs) {
+		t.Errorf("welcome log line %s", logs.String())
 	}
 }
 

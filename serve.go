@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,7 +226,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	addr := ln.Addr().String()
 	log.Info("serving", "addr", "http://"+addr, "store", string(cfg.Database.Kind), "version", bld.Version)
 	if minted != nil {
-		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile)
+		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile, selfCommand(os.Args[0]))
 	}
 
 	errc := make(chan error, 1)
@@ -409,26 +412,54 @@ func (r redisPoolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(redisTimeoutsDesc, prometheus.CounterValue, float64(st.Timeouts))
 }
 
-// welcome tells whoever started the relay for the first time how to mint a
-// token for the key it created: as text on stdout for a person at a
+// welcome tells whoever started the relay how to pair a device and how to
+// mint a token with the key it trusts: as text on stdout for a person at a
 // terminal, or as one log line when the logs are JSON, so that a log
-// collector reading the output sees nothing but JSON.
-func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile string) {
+// collector reading the output sees nothing but JSON. The commands name
+// this binary as it was started (self) and the key file by its absolute
+// path, so that they work pasted into another terminal.
+func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile, self string) {
+	if abs, err := filepath.Abs(keyFile); err == nil {
+		keyFile = abs
+	}
+	url := "http://" + addr
+	invite := fmt.Sprintf("%s invite -url %s -key-file %s -device phone", self, url, shellQuote(keyFile))
+	mint := fmt.Sprintf("%s token -key-file %s -household home -device phone", self, shellQuote(keyFile))
 	if format == "json" {
-		log.Info("trusting the issuer key created in key_file; mint a device token with: relay token -household home -device phone",
-			"key_file", keyFile, "addr", "http://"+addr)
+		log.Info("trusting the issuer key in key_file; pair a device with: "+invite+"; or mint a device token with: "+mint,
+			"key_file", keyFile, "addr", url)
 		return
 	}
 	fmt.Fprintf(w, `
-The relay trusts the issuer key in %s.
-Mint a device token:
+The relay trusts the issuer key in %s
+and mints its devices' tokens with it.
 
-  go run . token -household home -device phone
+Pair a device: this prints a single-use code, a link and a QR code
+for the device to redeem:
 
-Then, from another terminal:
+  %s
 
-  TOKEN=$(go run . token -household home -device phone)
-  curl -s -X POST -H "Authorization: Bearer $TOKEN" http://%s/v1/register
+Or mint a device token yourself, and from another terminal:
 
-`, keyFile, addr)
+  TOKEN=$(%s)
+  curl -s -X POST -H "Authorization: Bearer $TOKEN" %s/v1/register
+
+`, keyFile, invite, mint, url)
+}
+
+// selfCommand is how to run this binary again, from its argv[0]: "go run ."
+// when go run built it in a temporary directory, else argv[0] as typed.
+func selfCommand(arg0 string) string {
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") && filepath.Base(filepath.Dir(arg0)) == "exe" {
+		return "go run ."
+	}
+	return shellQuote(arg0)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
