@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -321,5 +325,36 @@ func TestPairedDeviceReachable(t *testing.T) {
 	h.send(laptop, "m1", []byte("hello"), "phone")
 	if got := h.poll(c.AccessToken, "cursor=0&wait=0"); len(got.Envelopes) != 1 {
 		t.Errorf("the paired phone polled %+v", got)
+	}
+}
+
+// TestPairingStoresHashesOnly: the database files (SQLite's, its WAL
+// included) hold the SHA-256 of each code and renewal secret and never
+// the code or secret themselves.
+func TestPairingStoresHashesOnly(t *testing.T) {
+	dir := t.TempDir()
+	h, clk := newPairingHarnessAt(t, filepath.Join(dir, "relay.db"))
+	inv := h.invite(h.adminAt(clk.now()), "phone", "")
+	c := h.pairWith(map[string]any{"code": inv.Code}, http.StatusOK)
+	next := h.renewWith(c.RenewalSecret, http.StatusOK)
+	var files []byte
+	for _, name := range []string{"relay.db", "relay.db-wal"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		files = append(files, b...)
+	}
+	norm, _ := normalizeCode(inv.Code)
+	for _, s := range []string{norm, c.RenewalSecret, next.RenewalSecret} {
+		if bytes.Contains(files, []byte(s)) {
+			t.Errorf("the database holds %q", s)
+		}
+		if sum := sha256.Sum256([]byte(s)); !bytes.Contains(files, sum[:]) {
+			t.Errorf("the database lacks the SHA-256 of %q", s)
+		}
+	}
+	if bytes.Contains(files, []byte(inv.Code)) || bytes.Contains(files, []byte(strings.ReplaceAll(inv.Code, "-", " "))) {
+		t.Errorf("the database holds the code as shown")
 	}
 }

@@ -42,8 +42,20 @@ func newPairingHarness(t *testing.T, mutate func(*Config)) (*harness, *clock) {
 // a buffer.
 func newPairingHarnessLog(t *testing.T, mutate func(*Config)) (*harness, *clock, *servicetest.Buffer) {
 	t.Helper()
+	return newPairingHarnessIn(t, filepath.Join(t.TempDir(), "relay.db"), mutate)
+}
+
+// newPairingHarnessAt is newPairingHarness with its database at path.
+func newPairingHarnessAt(t *testing.T, path string) (*harness, *clock) {
+	t.Helper()
+	h, clk, _ := newPairingHarnessIn(t, path, nil)
+	return h, clk
+}
+
+func newPairingHarnessIn(t *testing.T, path string, mutate func(*Config)) (*harness, *clock, *servicetest.Buffer) {
+	t.Helper()
 	log := &servicetest.Buffer{}
-	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Synchronous: "NORMAL"})
 	if err != nil {
 		t.Fatal(err)
 	}
