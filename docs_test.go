@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"strings"
 	"testing"
@@ -41,4 +44,69 @@ func TestSettingsDocs(t *testing.T) {
 		}
 		t.Errorf("%s: the settings table differs from the code; run go test . -run TestSettingsDocs -update", path)
 	}
+}
+
+const (
+	exampleBegin = "<!-- example:begin token.ExampleMint (generated: go test . -run TestExampleDocs -update) -->\n"
+	exampleEnd   = "<!-- example:end -->"
+)
+
+// TestExampleDocs keeps docs/OPERATIONS.md's minting snippet equal to the
+// body of token.ExampleMint, which go test runs and checks (its Output),
+// so the snippet is code that compiles and does what the doc says.
+func TestExampleDocs(t *testing.T) {
+	const src, path = "token/example_test.go", "docs/OPERATIONS.md"
+	body := exampleBody(t, src, "ExampleMint")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i, j := strings.Index(doc, exampleBegin), strings.Index(doc, exampleEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no example section between markers", path)
+	}
+	want := doc[:i+len(exampleBegin)] + "```go\n" + body + "```\n" + doc[j:]
+	if want == doc {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s: the minting snippet differs from %s's %s; run go test . -run TestExampleDocs -update", path, src, "ExampleMint")
+}
+
+// exampleBody is the statements of function name in file src, one tab of
+// indentation removed, without the Output comment.
+func exampleBody(t *testing.T, src, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, src, b, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != name {
+			continue
+		}
+		inner := string(b[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+		var out strings.Builder
+		for line := range strings.Lines(strings.TrimPrefix(inner, "\n")) {
+			if strings.HasPrefix(strings.TrimSpace(line), "// Output:") {
+				continue
+			}
+			out.WriteString(strings.TrimPrefix(line, "\t"))
+		}
+		return out.String()
+	}
+	t.Fatalf("%s: no func %s", src, name)
+	return ""
 }
