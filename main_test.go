@@ -398,8 +398,8 @@ func TestFirstRun(t *testing.T) {
 	// path (the test's key file is absolute already: a relative one is
 	// TestWelcomeNamesBinaryAndKey's).
 	for _, want := range []string{
-		relayBin + " invite -url http://" + p.addr + " -key-file " + keyFile + " -device phone",
-		"TOKEN=$(" + relayBin + " token -key-file " + keyFile + " -household home -device phone)",
+		relayBin + " invite -url http://" + p.addr + " -issuer-key-file " + keyFile + " -device phone",
+		"TOKEN=$(" + relayBin + " token -issuer-key-file " + keyFile + " -household home -device phone)",
 		"curl", "http://" + p.addr + "/v1/register",
 	} {
 		if !strings.Contains(p.out.String(), want) {
@@ -434,8 +434,8 @@ func TestWelcomeNamesBinaryAndKey(t *testing.T) {
 	welcome("text", &text, nil, "127.0.0.1:8080", "data/issuer.key", "./relay")
 	abs := filepath.Join(dir, "data", "issuer.key")
 	for _, want := range []string{
-		"./relay invite -url http://127.0.0.1:8080 -key-file " + abs + " -device phone",
-		"./relay token -key-file " + abs + " -household home -device phone",
+		"./relay invite -url http://127.0.0.1:8080 -issuer-key-file " + abs + " -device phone",
+		"./relay token -issuer-key-file " + abs + " -household home -device phone",
 		"The relay trusts the issuer key in " + abs,
 	} {
 		if !strings.Contains(text.String(), want) {
@@ -447,7 +447,7 @@ func TestWelcomeNamesBinaryAndKey(t *testing.T) {
 	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
 		t.Fatalf("welcome log %q: %v", logs.String(), err)
 	}
-	if msg, _ := line["msg"].(string); line["key_file"] != abs || !strings.Contains(msg, "./relay invite -url http://127.0.0.1:8080 -key-file "+abs) {
+	if msg, _ := line["msg"].(string); line["key_file"] != abs || !strings.Contains(msg, "./relay invite -url http://127.0.0.1:8080 -issuer-key-file "+abs) {
 		t.Errorf("welcome log line %s", logs.String())
 	}
 }

@@ -423,8 +423,8 @@ func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile, self s
 		keyFile = abs
 	}
 	url := "http://" + addr
-	invite := fmt.Sprintf("%s invite -url %s -key-file %s -device phone", self, url, shellQuote(keyFile))
-	mint := fmt.Sprintf("%s token -key-file %s -household home -device phone", self, shellQuote(keyFile))
+	invite := fmt.Sprintf("%s invite -url %s -issuer-key-file %s -device phone", self, url, shellQuote(keyFile))
+	mint := fmt.Sprintf("%s token -issuer-key-file %s -household home -device phone", self, shellQuote(keyFile))
 	if format == "json" {
 		log.Info("trusting the issuer key in key_file; pair a device with: "+invite+"; or mint a device token with: "+mint,
 			"key_file", keyFile, "addr", url)
