@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// ErrRefused: an invitation code or renewal secret was not accepted. The
+// ErrRefused is the refusal of an invitation code or renewal secret. The
 // error is a *RefusedError, whose Reason is for the log only: every refusal
 // looks the same to the client.
 var ErrRefused = errors.New("store: credential refused")
