@@ -154,14 +154,20 @@ func (a *acks) write(ctx context.Context, batch []store.Ack) error {
 	return nil
 }
 
+// mark is how many batches have been written: taken before a store call
+// whose answer the acks may have changed, and given to flushHousehold.
+func (a *acks) mark() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.written
+}
+
 // flushHousehold writes now what is pending for household's devices, after
 // any batch the loop is writing, and reports whether any batch was written
-// meanwhile (one of the loop's may have held the household's acks), so that
-// the store's pending counts may have fallen.
-func (a *acks) flushHousehold(ctx context.Context, household string) bool {
-	a.mu.Lock()
-	before := a.written
-	a.mu.Unlock()
+// since before (a mark): one of the loop's may have held the household's
+// acks, also while the caller's store call ran, so the store's pending
+// counts may have fallen.
+func (a *acks) flushHousehold(ctx context.Context, household string, before uint64) bool {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	a.mu.Lock()

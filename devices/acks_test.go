@@ -195,12 +195,35 @@ func TestAcksFlushHousehold(t *testing.T) {
 		a.add(key("a"), 1, time.Time{}, device.Life{})
 		a.add(key("b"), -1, time.Now(), device.Life{}) // activity only: not a pending count
 		a.add(device.Key{Household: "other", Device: "a"}, 1, time.Time{}, device.Life{})
-		if !a.flushHousehold(context.Background(), "home") {
+		if !a.flushHousehold(context.Background(), "home", a.mark()) {
 			t.Fatal("flushHousehold wrote nothing")
 		}
 		got := st.written()
 		if len(got) != 1 || len(got[0]) != 1 || got[0][0].Household != "home" || got[0][0].Device != "a" {
 			t.Fatalf("flushHousehold wrote %+v, want home/a alone", got)
+		}
+	})
+}
+
+// TestAcksFlushHouseholdSinceMark: a batch the loop wrote after the
+// caller's mark and before flushHousehold counts as written: the store
+// call the mark preceded may have seen the counts from before it.
+func TestAcksFlushHouseholdSinceMark(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &ackStore{}
+		a := startAcks(t, st)
+		mark := a.mark()
+		a.add(key("a"), 1, time.Time{}, device.Life{})
+		time.Sleep(time.Hour) // the loop's interval passes: it writes the batch
+		synctest.Wait()
+		if len(st.written()) != 1 {
+			t.Fatalf("the loop wrote %v", st.written())
+		}
+		if !a.flushHousehold(context.Background(), "home", mark) {
+			t.Fatal("flushHousehold says nothing was written since the mark, though the loop wrote a batch")
+		}
+		if a.flushHousehold(context.Background(), "home", a.mark()) {
+			t.Fatal("flushHousehold says a batch was written since a fresh mark")
 		}
 	})
 }

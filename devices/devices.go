@@ -260,9 +260,13 @@ func (m *Memory) Recent(k device.Key, seq int64, life device.Life) (store.Envelo
 	return m.recent.get(k, seq, life, time.Now())
 }
 
+// AckMark marks the acknowledgements written so far; take it before a
+// store call that FlushHousehold may have to follow.
+func (m *Memory) AckMark() uint64 { return m.acks.mark() }
+
 // FlushHousehold writes now the acknowledgements pending for household's
-// devices, and reports whether any were written meanwhile: the store's
-// pending counts, which lag them, may have fallen.
-func (m *Memory) FlushHousehold(ctx context.Context, household string) bool {
-	return m.acks.flushHousehold(ctx, household)
+// devices, and reports whether any were written since mark (AckMark): the
+// store's pending counts, which lag them, may have fallen.
+func (m *Memory) FlushHousehold(ctx context.Context, household string, mark uint64) bool {
+	return m.acks.flushHousehold(ctx, household, mark)
 }

@@ -335,11 +335,12 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 		}
 		defer leave()
 	}
+	mark := s.memory.AckMark() // before the send: a batch may land while it runs
 	res, err := s.store.Send(ctx, p)
 	if errors.Is(err, store.ErrQueueFull) || errors.Is(err, store.ErrHouseholdFull) {
 		// The store's pending counts lag the acks this relay has not
 		// written yet: write the household's now and try once more.
-		if s.memory.FlushHousehold(ctx, c.Household) {
+		if s.memory.FlushHousehold(ctx, c.Household, mark) {
 			res, err = s.store.Send(ctx, p)
 		}
 	}
