@@ -63,6 +63,7 @@ func (c *Client) Send(ctx context.Context, id string, to []string, payload []byt
 		}
 		d := bo.next(err)
 		c.logf("send %s: %v; retrying in %v", id, err, d.Round(time.Millisecond))
+		c.state(State{Kind: StateRetrying, Delay: d, Err: err})
 		if err := sleep(ctx, d); err != nil {
 			return SendResult{}, fmt.Errorf("client: send %s: %w", id, err)
 		}

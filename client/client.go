@@ -54,7 +54,8 @@ const (
 // the older one (docs/PROTOCOL.md, Holding).
 type Client struct {
 	base           string
-	token          string
+	creds          CredentialSource
+	state          func(State)
 	hc             *http.Client
 	codec          Codec
 	wait           int
@@ -103,14 +104,26 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // acting with token. The token goes to baseURL's origin only: a redirect
 // to another scheme, host or port is not followed (*RedirectError).
 func New(baseURL, token string, opts ...Option) (*Client, error) {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return nil, errors.New("client: no token")
+	}
+	return NewWithCredentials(baseURL, StaticToken(token), opts...)
+}
+
+// NewWithCredentials makes a client of the relay at baseURL that asks src
+// for the token of each request (a *Renewing keeps one fresh), and asks it
+// once for a fresh one when the relay refuses a token with 401.
+func NewWithCredentials(baseURL string, src CredentialSource, opts ...Option) (*Client, error) {
 	c := &Client{
 		base:           strings.TrimRight(baseURL, "/"),
-		token:          strings.TrimSpace(token),
+		creds:          src,
 		codec:          JSON,
 		wait:           DefaultWait,
 		requestTimeout: DefaultRequestTimeout,
 		maxBackoff:     time.Minute,
 		logf:           func(string, ...any) {},
+		state:          func(State) {},
 	}
 	for _, o := range opts {
 		o(c)
@@ -126,8 +139,8 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 	switch {
 	case !strings.HasPrefix(c.base, "http://") && !strings.HasPrefix(c.base, "https://"):
 		return nil, fmt.Errorf("client: base URL %q is not http:// or https://", baseURL)
-	case c.token == "":
-		return nil, errors.New("client: no token")
+	case c.creds == nil:
+		return nil, errors.New("client: no credentials")
 	case c.codec == nil:
 		return nil, errors.New("client: no codec")
 	case c.wait < 0:
@@ -233,11 +246,11 @@ type errorBody struct {
 	Limit   string `json:"limit" msgpack:"limit"`
 }
 
-// do makes one request. in is encoded with the client's codec (nil: no
+// doWith makes one request with token tok. in is encoded with the client's codec (nil: no
 // body); a 'want' answer is decoded into out (nil: ignored). timeout
 // bounds it unless the HTTP client has a Timeout of its own: one bound,
 // the caller's choice, and never a shorter one hidden under it.
-func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, in any, want int, out any) error {
+func (c *Client) doWith(ctx context.Context, tok string, timeout time.Duration, method, path string, in any, want int, out any) error {
 	if c.hc.Timeout == 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -255,7 +268,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 	if err != nil {
 		return fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Accept", c.codec.ContentType())
 	if in != nil {
 		req.Header.Set("Content-Type", c.codec.ContentType())

@@ -55,6 +55,9 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			// Not held, so that the cursor is put right at once.
 			q = PollQuery{OmitCursor: true}
 		}
+		if !recovering {
+			c.state(State{Kind: StateWaiting})
+		}
 		started := time.Now()
 		res, err := c.Poll(ctx, q)
 		if ctx.Err() != nil {
@@ -72,6 +75,7 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			}
 			d := bo.next(err)
 			c.logf("listen: %v; polling again in %v", err, d.Round(time.Millisecond))
+			c.state(State{Kind: StateRetrying, Delay: d, Err: err})
 			if sleep(ctx, d) != nil {
 				return nil
 			}

@@ -1,0 +1,266 @@
+package client_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/relay"
+	"github.com/flamenet/relay/store/sqlite"
+	"github.com/flamenet/relay/token"
+	"github.com/flamenet/relay/wake/local"
+)
+
+// fakeClock is the time of the relay and of the clients in a test: it
+// moves only when the test moves it.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// startClockedRelay starts a relay on SQLite whose clock is clock: it
+// judges tokens' expiry by it.
+func startClockedRelay(t *testing.T, clock *fakeClock) (string, ed25519.PrivateKey) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg relay.Config
+	config.Default().CopyTo(&cfg)
+	cfg.IssuerKeys = []ed25519.PublicKey{pub}
+	cfg.HouseholdSendRate, cfg.HouseholdSendBurst = cfg.SendRate, cfg.SendBurst
+	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := relay.New(cfg, relay.Deps{Store: db, Hub: local.New(nil), Now: clock.Now})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	out := make(chan error, 1)
+	go func() { out <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("stopping the relay: %v", err)
+		}
+		if err := <-out; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+		db.Close()
+	})
+	return "http://" + ln.Addr().String(), key
+}
+
+// contractRelay is a real relay behind a small server of the test's own
+// that answers POST /v1/pair and POST /v1/renew as docs/PROTOCOL.md's
+// pairing contract says (single-use codes and secrets, rotation, reuse
+// detection with its 30 s grace) and passes every other request through.
+// It counts what the clients did.
+type contractRelay struct {
+	URL   string
+	clock *fakeClock
+	key   ed25519.PrivateKey
+	ttl   time.Duration // access tokens' life
+
+	mu       sync.Mutex
+	codes    map[string]string // code -> device
+	secrets  map[[32]byte]*secret
+	renewals int
+	renewedAt []time.Time
+	renewed  chan struct{} // a renewal arrived (buffered, never blocks)
+	hold     chan struct{} // when set, a renewal waits for it to close
+	refused  int           // 401s the relay answered to passed-through requests
+	bearers  []string      // tokens of passed-through requests, in order
+}
+
+type secret struct {
+	household, device string
+	used              time.Time
+	successor         *secret
+	revoked           bool
+	expires           time.Time
+}
+
+const household = "home"
+
+func newContractRelay(t *testing.T, clock *fakeClock, ttl time.Duration) *contractRelay {
+	t.Helper()
+	relayURL, key := startClockedRelay(t, clock)
+	target, err := url.Parse(relayURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := &contractRelay{clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, renewed: make(chan struct{}, 1000)}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.StatusCode == http.StatusUnauthorized {
+			cr.mu.Lock()
+			cr.refused++
+			cr.mu.Unlock()
+		}
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/pair", cr.pair)
+	mux.HandleFunc("POST /v1/renew", cr.renew)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		cr.mu.Lock()
+		cr.bearers = append(cr.bearers, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		cr.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	cr.URL = srv.URL
+	return cr
+}
+
+// invite makes a one-time code for device.
+func (cr *contractRelay) invite(device string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	code := base64.RawURLEncoding.EncodeToString(b)
+	cr.mu.Lock()
+	cr.codes[code] = device
+	cr.mu.Unlock()
+	return code
+}
+
+// mint is a device token of household valid for an hour of the clock.
+func (cr *contractRelay) mint(device string, life time.Duration) string {
+	now := cr.clock.Now()
+	tok, err := token.Mint(cr.key, token.Claims{Household: household, Device: device, IssuedAt: now, Expires: now.Add(life)})
+	if err != nil {
+		panic(err)
+	}
+	return tok
+}
+
+func (cr *contractRelay) counts() (renewals, refused int) {
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	return cr.renewals, cr.refused
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	w.Write([]byte(`{"error":"unauthorized","message":"The code or renewal secret is not valid."}`))
+}
+
+// issue answers with a new set for device; cr.mu is held.
+func (cr *contractRelay) issue(w http.ResponseWriter, device string) *secret {
+	now := cr.clock.Now()
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	sec := "fnr1." + base64.RawURLEncoding.EncodeToString(raw)
+	s := &secret{household: household, device: device, expires: now.Add(90 * 24 * time.Hour)}
+	cr.secrets[sha256.Sum256([]byte(sec))] = s
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{
+		"household": household, "device": device, "scope": "device",
+		"access_token": cr.mint(device, cr.ttl), "access_expires_at": now.Add(cr.ttl).Format(time.RFC3339Nano),
+		"renewal_secret": sec, "renewal_expires_at": s.expires.Format(time.RFC3339Nano),
+	})
+	return s
+}
+
+func (cr *contractRelay) pair(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Code string `json:"code"`
+	}
+	if json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
+		return
+	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	device, ok := cr.codes[req.Code]
+	if !ok {
+		unauthorized(w)
+		return
+	}
+	delete(cr.codes, req.Code)
+	cr.issue(w, device)
+}
+
+func (cr *contractRelay) renew(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Secret string `json:"renewal_secret"`
+	}
+	if json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
+		return
+	}
+	cr.mu.Lock()
+	cr.renewals++
+	cr.renewedAt = append(cr.renewedAt, cr.clock.Now())
+	hold := cr.hold
+	cr.mu.Unlock()
+	cr.renewed <- struct{}{}
+	if hold != nil {
+		<-hold
+	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
+	now := cr.clock.Now()
+	s, ok := cr.secrets[sha256.Sum256([]byte(req.Secret))]
+	switch {
+	case !ok || s.revoked || !now.Before(s.expires):
+		unauthorized(w)
+	case s.used.IsZero():
+		s.used = now
+		s.successor = cr.issue(w, s.device)
+	case now.Sub(s.used) < 30*time.Second && s.successor.used.IsZero():
+		// A retry of a lost answer: the successor goes, a new one comes.
+		s.successor.revoked = true
+		s.successor = cr.issue(w, s.device)
+	default:
+		// Reuse: every secret of the device is revoked.
+		for _, o := range cr.secrets {
+			if o.household == s.household && o.device == s.device {
+				o.revoked = true
+			}
+		}
+		unauthorized(w)
+	}
+}

@@ -1,0 +1,243 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// renewPause is how long after a renewal that failed for a passing reason
+// (no answer, 429, 5xx) the next is tried, while the access token still
+// works: not on every call in between.
+const renewPause = 5 * time.Second
+
+// RenewingOptions are a Renewing source's settings; the zero value is good.
+type RenewingOptions struct {
+	// HTTPClient makes the renewals (default: a client of its own; the
+	// same origin-only redirect rule as the Client's applies).
+	HTTPClient *http.Client
+	// RequestTimeout bounds each renewal (default 30 s).
+	RequestTimeout time.Duration
+	// Now is the clock (default time.Now); tests drive it.
+	Now func() time.Time
+}
+
+// Renewing is a credential source for a paired device: it holds the access
+// token and renewal secret, renews them at POST /v1/renew when less than a
+// third of the access token's life is left (or 5 minutes, whichever is
+// less) and when the relay refuses the token, and saves each new set in
+// its store before using it. Concurrent calls that find a renewal due make
+// one renewal and all wait for it. Safe for concurrent use.
+//
+// When a renewal is refused (the secret was used elsewhere, expired, or
+// the device was removed), every later call fails with an error wrapping
+// ErrUnauthorized: the device must be paired again.
+type Renewing struct {
+	base    string
+	store   CredentialStore
+	hc      *http.Client
+	timeout time.Duration
+	now     func() time.Time
+
+	mu      sync.Mutex
+	cur     Credentials
+	lead    time.Duration // renew this long before cur's access expiry
+	flight  *flight       // the renewal under way, or nil
+	refused error         // set once a renewal was refused: final
+	lastErr error         // the last renewal's passing failure
+	retryAt time.Time     // no renewal before this, after a passing failure
+}
+
+// flight is one renewal that concurrent callers wait for.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// NewRenewing makes a source of the credentials saved in store (as Pair
+// saves them), renewing them at the relay at baseURL.
+func NewRenewing(ctx context.Context, baseURL string, store CredentialStore, opts RenewingOptions) (*Renewing, error) {
+	c, err := store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	r := &Renewing{
+		base:    strings.TrimRight(baseURL, "/"),
+		store:   store,
+		hc:      originOnly(opts.HTTPClient),
+		timeout: opts.RequestTimeout,
+		now:     opts.Now,
+		cur:     c,
+		lead:    renewLead(c),
+	}
+	if r.timeout <= 0 {
+		r.timeout = DefaultRequestTimeout
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	return r, nil
+}
+
+// Credentials returns the current set.
+func (r *Renewing) Credentials() Credentials {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// Token returns the access token, renewing it first when it is due.
+func (r *Renewing) Token(ctx context.Context) (string, error) {
+	return r.fresh(ctx, "")
+}
+
+// Refused renews the credentials after the relay refused tok, unless they
+// were renewed since tok was handed out.
+func (r *Renewing) Refused(ctx context.Context, tok string) (string, error) {
+	return r.fresh(ctx, tok)
+}
+
+// fresh returns a token to use: the current one unless it is due for
+// renewal or is refusedTok; else it renews, once for all callers.
+func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error) {
+	for {
+		r.mu.Lock()
+		if r.refused != nil {
+			r.mu.Unlock()
+			return "", r.refused
+		}
+		if f := r.flight; f != nil {
+			// Another call is renewing: wait for it and look again.
+			r.mu.Unlock()
+			select {
+			case <-f.done:
+				continue
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		now := r.now()
+		refused := refusedTok != "" && r.cur.AccessToken == refusedTok
+		due := refused || !now.Before(r.cur.AccessExpiresAt.Add(-r.lead))
+		if !due {
+			tok := r.cur.AccessToken
+			r.mu.Unlock()
+			return tok, nil
+		}
+		if now.Before(r.retryAt) {
+			// A renewal failed a moment ago for a passing reason: the
+			// token that still works is used meanwhile.
+			tok, err := r.cur.AccessToken, r.lastErr
+			r.mu.Unlock()
+			if refused || !now.Before(r.cur.AccessExpiresAt) {
+				return "", err
+			}
+			return tok, nil
+		}
+		f := &flight{done: make(chan struct{})}
+		r.flight = f
+		secret := r.cur.RenewalSecret
+		r.mu.Unlock()
+
+		f.err = r.renew(ctx, secret)
+
+		r.mu.Lock()
+		r.flight = nil
+		var e *Error
+		switch {
+		case f.err == nil:
+		case errors.As(f.err, &e) && !e.Temporary():
+			r.refused = fmt.Errorf("%w: renewal refused: %w", ErrUnauthorized, f.err)
+		case ctx.Err() != nil:
+			// This caller gave up; a waiter with time left renews.
+		default:
+			r.lastErr = fmt.Errorf("client: renewing the credentials: %w", f.err)
+			r.retryAt = now.Add(renewPause)
+		}
+		r.mu.Unlock()
+		close(f.done)
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+	}
+}
+
+// renew exchanges secret for a new set, saves it, and only then makes it
+// current: the relay has marked secret used, so a set that is not saved
+// would be lost with the process. When Save fails, the set is dropped and
+// the error returned; renewing again with the old secret within 30 s is a
+// retry the relay answers with a fresh set (docs/PROTOCOL.md, /v1/renew).
+func (r *Renewing) renew(ctx context.Context, secret string) error {
+	var c Credentials
+	if err := postJSON(ctx, r.hc, r.timeout, r.base+"/v1/renew", map[string]string{"renewal_secret": secret}, &c); err != nil {
+		return err
+	}
+	if err := c.valid(); err != nil {
+		return err
+	}
+	c.URL = r.Credentials().URL
+	if err := r.store.Save(ctx, c); err != nil {
+		return fmt.Errorf("client: saving renewed credentials: %w", err)
+	}
+	r.mu.Lock()
+	r.cur, r.lead = c, renewLead(c)
+	r.mu.Unlock()
+	return nil
+}
+
+// originOnly is a copy of hc (a new client when nil) that refuses
+// redirects to another origin, as the Client does.
+func originOnly(hc *http.Client) *http.Client {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	c := *hc
+	c.CheckRedirect = sameOriginOnly(hc.CheckRedirect)
+	return &c
+}
+
+// postJSON posts in as JSON to url and decodes a 200's JSON into out;
+// another answer is a *Error.
+func postJSON(ctx context.Context, hc *http.Client, timeout time.Duration, url string, in, out any) error {
+	if hc.Timeout == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("client: encoding: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("client: POST %s: %w", url, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("client: POST %s: reading the answer: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return answerError(resp, JSON, body)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("client: POST %s: decoding the answer: %w", url, err)
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// StateKind is what a client's connection is doing, for an app to show.
+type StateKind int
+
+const (
+	// StateConnected: the relay answered a request.
+	StateConnected StateKind = iota + 1
+	// StateWaiting: a poll is out and the relay may hold it until
+	// something arrives (Listen).
+	StateWaiting
+	// StateRetrying: a call failed for a passing reason and is tried
+	// again after State.Delay.
+	StateRetrying
+	// StateUnauthorized: the credentials were refused and renewing them
+	// failed (or cannot be done: a fixed token); the device must be
+	// paired again or given a new token.
+	StateUnauthorized
+)
+
+func (k StateKind) String() string {
+	switch k {
+	case StateConnected:
+		return "connected"
+	case StateWaiting:
+		return "waiting"
+	case StateRetrying:
+		return "retrying"
+	case StateUnauthorized:
+		return "unauthorized"
+	}
+	return "unknown"
+}
+
+// State is one change of a client's connection state.
+type State struct {
+	Kind StateKind
+	// Delay is how long until the retry (StateRetrying).
+	Delay time.Duration
+	// Err is why (StateRetrying, StateUnauthorized).
+	Err error
+}
+
+// WithStateFunc calls f on each change of the connection state: Listen
+// goes waiting (a poll is out) and connected (it answered) with each
+// poll; retrying is reported on every retry, with its delay. f runs on
+// the calling goroutine and must return quickly.
+func WithStateFunc(f func(State)) Option {
+	var (
+		mu   sync.Mutex
+		last StateKind
+	)
+	return func(c *Client) {
+		c.state = func(s State) {
+			mu.Lock()
+			same := s.Kind == last && s.Kind != StateRetrying
+			last = s.Kind
+			mu.Unlock()
+			if !same {
+				f(s)
+			}
+		}
+	}
+}
+
+// do makes one request with the credential source's token and, when the
+// relay refuses it with 401, asks the source once for a fresh one and
+// makes the request again. It reports connected and unauthorized.
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, in any, want int, out any) error {
+	tok, err := c.creds.Token(ctx)
+	if err != nil {
+		if errors.Is(err, ErrUnauthorized) {
+			c.state(State{Kind: StateUnauthorized, Err: err})
+		}
+		return err
+	}
+	err = c.doWith(ctx, tok, timeout, method, path, in, want, out)
+	var e *Error
+	if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
+		fresh, rerr := c.creds.Refused(ctx, tok)
+		switch {
+		case errors.Is(rerr, ErrUnauthorized):
+			c.state(State{Kind: StateUnauthorized, Err: err})
+			return err // the relay's 401, which retrying cannot fix
+		case rerr != nil:
+			return rerr // renewing failed for a passing reason: retry later
+		}
+		err = c.doWith(ctx, fresh, timeout, method, path, in, want, out)
+		if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
+			c.state(State{Kind: StateUnauthorized, Err: err})
+		}
+	}
+	if err == nil {
+		c.state(State{Kind: StateConnected})
+	}
+	return err
+}
