@@ -71,11 +71,20 @@ func (c Credentials) valid() error {
 // 5 minutes.
 func renewLead(c Credentials) time.Duration {
 	const most = 5 * time.Minute
-	iat, exp, ok := tokenTimes(c.AccessToken)
-	if !ok || exp <= iat {
+	life := tokenLife(c)
+	if life <= 0 {
 		return most
 	}
-	return min(time.Duration(exp-iat)*time.Second/3, most)
+	return min(life/3, most)
+}
+
+// tokenLife is the access token's exp less its iat (0 when unknown).
+func tokenLife(c Credentials) time.Duration {
+	iat, exp, ok := tokenTimes(c.AccessToken)
+	if !ok || exp <= iat {
+		return 0
+	}
+	return time.Duration(exp-iat) * time.Second
 }
 
 // tokenTimes reads a JWT's iat and exp without checking it: the relay

@@ -207,6 +207,43 @@ func TestRenewalTiming(t *testing.T) {
 	}
 }
 
+// TestRenewalWithClockAhead: a client whose clock is 100 s ahead of the
+// relay's finds its loaded 2-minute token due at once and renews it; the
+// new token is then judged by the client's own clock from when it came,
+// due 80 s later, not at once again. Red when only the relay's exp is
+// used (every call renews) or when a call may renew more than once (the
+// first call never returns).
+func TestRenewalWithClockAhead(t *testing.T) {
+	clock := newFakeClock()
+	cr := newContractRelay(t, clock, 2*time.Minute)
+	store := &client.MemoryStore{}
+	if _, err := client.Pair(context.Background(), cr.URL, cr.invite("phone"), client.PairOptions{Store: store}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := client.NewRenewing(context.Background(), cr.URL, store, client.RenewingOptions{Now: func() time.Time { return clock.Now().Add(100 * time.Second) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithCredentials(cr.URL, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, tt := range []struct {
+		advance  time.Duration
+		renewals int
+	}{{0, 1}, {0, 1}, {79 * time.Second, 1}, {time.Second, 2}} {
+		clock.Advance(tt.advance)
+		if _, err := c.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := cr.counts(); n != tt.renewals {
+			t.Fatalf("call %d: %d renewals, want %d", i, n, tt.renewals)
+		}
+	}
+}
+
 // TestRenewOn401: credentials whose access token the relay refuses,
 // though its expiry is far away, are renewed on the 401 and the call is
 // made again once: the app sees success. Red without the retry in do.

@@ -46,13 +46,19 @@ type Renewing struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	mu      sync.Mutex
-	cur     Credentials
-	lead    time.Duration // renew this long before cur's access expiry
-	flight  *flight       // the renewal under way, or nil
-	refused error         // set once a renewal was refused: final
-	lastErr error         // the last renewal's passing failure
-	retryAt time.Time     // no renewal before this, after a passing failure
+	mu   sync.Mutex
+	cur  Credentials
+	lead time.Duration // renew this long before cur's access expiry
+	// obtained is when this process received cur, by its own clock, and
+	// life the access token's life: a clock that is ahead of the relay's
+	// would otherwise find every new token due at once and renew without
+	// end. Zero for credentials loaded from the store.
+	obtained time.Time
+	life     time.Duration
+	flight   *flight   // the renewal under way, or nil
+	refused  error     // set once a renewal was refused: final
+	lastErr  error     // the last renewal's passing failure
+	retryAt  time.Time // no renewal before this, after a passing failure
 }
 
 // flight is one renewal that concurrent callers wait for.
@@ -110,6 +116,7 @@ func (r *Renewing) Refused(ctx context.Context, tok string) (string, error) {
 // fresh returns a token to use: the current one unless it is due for
 // renewal or is refusedTok; else it renews, once for all callers.
 func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error) {
+	renewed := false // by this call, or by one it waited for
 	for {
 		r.mu.Lock()
 		if r.refused != nil {
@@ -121,6 +128,7 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 			r.mu.Unlock()
 			select {
 			case <-f.done:
+				renewed = f.err == nil
 				continue
 			case <-ctx.Done():
 				return "", ctx.Err()
@@ -128,7 +136,9 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 		}
 		now := r.now()
 		refused := refusedTok != "" && r.cur.AccessToken == refusedTok
-		due := refused || !now.Before(r.cur.AccessExpiresAt.Add(-r.lead))
+		// At most one renewal per call: a token just renewed is used even
+		// if it looks due.
+		due := !renewed && (refused || !now.Before(r.renewAt()))
 		if !due {
 			tok := r.cur.AccessToken
 			r.mu.Unlock()
@@ -169,6 +179,7 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		renewed = f.err == nil
 	}
 }
 
@@ -190,9 +201,21 @@ func (r *Renewing) renew(ctx context.Context, secret string) error {
 		return fmt.Errorf("client: saving renewed credentials: %w", err)
 	}
 	r.mu.Lock()
-	r.cur, r.lead = c, renewLead(c)
+	r.cur, r.lead, r.obtained, r.life = c, renewLead(c), r.now(), tokenLife(c)
 	r.mu.Unlock()
 	return nil
+}
+
+// renewAt is when cur is due: lead before the access token's end, by
+// this process's clock from when it received the token, which no skew
+// between the clocks moves, or by the relay's exp for credentials loaded
+// from the store. r.mu is held.
+func (r *Renewing) renewAt() time.Time {
+	end := r.cur.AccessExpiresAt
+	if !r.obtained.IsZero() && r.life > 0 {
+		end = r.obtained.Add(r.life)
+	}
+	return end.Add(-r.lead)
 }
 
 // originOnly is a copy of hc (a new client when nil) that refuses
