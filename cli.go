@@ -38,21 +38,28 @@ func usageErr(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
 }
 
+// defaultRelayURL is -url's default.
+const defaultRelayURL = "http://127.0.0.1:8080"
+
 // clientFlags are the flags `relay send` and `relay listen` share.
 type clientFlags struct {
-	url, token, tokenFile, codec string
+	url, token, tokenFile, codec, store string
 }
 
 func (f *clientFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "url", "http://127.0.0.1:8080", "relay base URL (env FN_RELAY_URL)")
+	fs.StringVar(&f.url, "url", defaultRelayURL, "relay base URL (env FN_RELAY_URL)")
 	fs.StringVar(&f.token, "token", "", "bearer token; else -token-file, else env FN_TOKEN")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token")
 	fs.StringVar(&f.codec, "codec", "json", "json or msgpack")
+	fs.StringVar(&f.store, "store", "", "credentials file written by relay pair, renewed as needed (instead of a token)")
 }
 
 // client makes the relay client the flags describe; a missing token or a
 // bad codec is a usage error.
-func (f *clientFlags) client(getenv func(string) string, opts ...client.Option) (*client.Client, error) {
+func (f *clientFlags) client(ctx context.Context, getenv func(string) string, opts ...client.Option) (*client.Client, error) {
+	if f.store != "" {
+		return f.storeClient(ctx, opts...)
+	}
 	tok := f.token
 	if tok == "" && f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
@@ -169,7 +176,7 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return fmt.Errorf("send: reading the payload: %w", err)
 	}
-	c, err := cf.client(getenv, logTo(stderr, "send"))
+	c, err := cf.client(ctx, getenv, logTo(stderr, "send"))
 	if err != nil {
 		return err
 	}
@@ -236,7 +243,7 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err := sf.check("open"); err != nil {
 		return err
 	}
-	c, err := cf.client(getenv, client.WithWait(*wait), logTo(stderr, "listen"))
+	c, err := cf.client(ctx, getenv, client.WithWait(*wait), logTo(stderr, "listen"))
 	if err != nil {
 		return err
 	}

@@ -101,6 +101,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return restoreCmd(ctx, args, getenv, stdout, stderr)
 	case "invite":
 		return inviteCmd(ctx, args, getenv, stdout, stderr)
+	case "pair":
+		return pairCmd(ctx, args, getenv, stdout, stderr)
 	case "probe":
 		return probe(ctx, args, stdout)
 	case "version":
@@ -192,6 +194,8 @@ commands:
   send     send an envelope as a device: relay send -h
   listen   print a device's envelopes as JSON lines: relay listen -h
   invite   make a pairing code (and QR code) for a device: relay invite -h
+  pair     redeem an invitation's code; keep the device's credentials in a
+           file that send and listen take with -store: relay pair -h
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
   version  print the version

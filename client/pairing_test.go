@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/internal/pairtest"
 )
 
 // states records a client's connection states.
@@ -39,18 +40,18 @@ func (s *states) kinds() []client.StateKind {
 
 // paired pairs device at cr into store and returns a client using a
 // renewing source on the test's clock.
-func paired(t *testing.T, cr *contractRelay, device string, store client.CredentialStore, opts ...client.Option) (*client.Client, *client.Renewing) {
+func paired(t *testing.T, cr *pairtest.Contract, device string, store client.CredentialStore, opts ...client.Option) (*client.Client, *client.Renewing) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := client.Pair(ctx, cr.URL, cr.invite(device), client.PairOptions{Store: store}); err != nil {
+	if _, err := client.Pair(ctx, cr.URL, cr.Invite(device), client.PairOptions{Store: store}); err != nil {
 		t.Fatal(err)
 	}
 	return renewingClient(t, cr, store, opts...)
 }
 
-func renewingClient(t *testing.T, cr *contractRelay, store client.CredentialStore, opts ...client.Option) (*client.Client, *client.Renewing) {
+func renewingClient(t *testing.T, cr *pairtest.Contract, store client.CredentialStore, opts ...client.Option) (*client.Client, *client.Renewing) {
 	t.Helper()
-	src, err := client.NewRenewing(context.Background(), cr.URL, store, client.RenewingOptions{Now: cr.clock.Now})
+	src, err := client.NewRenewing(context.Background(), cr.URL, store, client.RenewingOptions{Now: cr.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +100,12 @@ func (s *checkedStore) wasSaved(tok string) bool {
 // in the store before it was used; and the source renewed about every
 // 80 s (2 minutes less a third).
 func TestListenerOutlivesShortTokens(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, 2*time.Minute)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, 2*time.Minute)
 	store := &checkedStore{}
 	var st states
 	phone, src := paired(t, cr, "phone", store, client.WithWait(1), client.WithStateFunc(st.add))
-	laptop := newClient(t, cr.URL, cr.mint("laptop", time.Hour))
+	laptop := newClient(t, cr.URL, cr.Mint("laptop", time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := phone.Register(ctx); err != nil {
@@ -140,7 +141,7 @@ func TestListenerOutlivesShortTokens(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
-	renewals, refused := cr.counts()
+	renewals, refused := cr.Counts()
 	if refused != 0 {
 		t.Errorf("the relay answered 401 %d times", refused)
 	}
@@ -148,14 +149,14 @@ func TestListenerOutlivesShortTokens(t *testing.T) {
 	// listener's next poll goes out before or after the clock's next
 	// step, so 80 or 90 s apart: 6 or 7 in 600 s.
 	if renewals < 6 || renewals > 7 {
-		t.Errorf("%d renewals in 10 minutes of 2-minute tokens, want 6 or 7 (at %v, from %v)", renewals, cr.renewedAt, clock.Now().Add(-600*time.Second))
+		t.Errorf("%d renewals in 10 minutes of 2-minute tokens, want 6 or 7 (at %v, from %v)", renewals, cr.RenewedAt, clock.Now().Add(-600*time.Second))
 	}
 	if k := st.kinds(); slices.Contains(k, client.StateUnauthorized) || !slices.Contains(k, client.StateWaiting) || !slices.Contains(k, client.StateConnected) {
 		t.Errorf("states %v", k)
 	}
-	cr.mu.Lock()
-	bearers := slices.Clone(cr.bearers)
-	cr.mu.Unlock()
+	cr.Mu.Lock()
+	bearers := slices.Clone(cr.Bearers)
+	cr.Mu.Unlock()
 	laptopTok := ""
 	for _, b := range bearers {
 		if !store.wasSaved(b) && b != laptopTok {
@@ -185,22 +186,22 @@ func TestRenewalTiming(t *testing.T) {
 		{"1 hour", time.Hour, 55 * time.Minute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newFakeClock()
-			cr := newContractRelay(t, clock, tt.ttl)
+			clock := pairtest.NewClock()
+			cr := pairtest.NewContract(t, clock, tt.ttl)
 			c, _ := paired(t, cr, "phone", &client.MemoryStore{})
 			ctx := context.Background()
 			clock.Advance(tt.renew - time.Second)
 			if _, err := c.Register(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n, _ := cr.counts(); n != 0 {
+			if n, _ := cr.Counts(); n != 0 {
 				t.Fatalf("renewed %d times a second before it was due", n)
 			}
 			clock.Advance(time.Second)
 			if _, err := c.Register(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if n, _ := cr.counts(); n != 1 {
+			if n, _ := cr.Counts(); n != 1 {
 				t.Fatalf("renewed %d times when due, want 1", n)
 			}
 		})
@@ -214,10 +215,10 @@ func TestRenewalTiming(t *testing.T) {
 // used (every call renews) or when a call may renew more than once (the
 // first call never returns).
 func TestRenewalWithClockAhead(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, 2*time.Minute)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, 2*time.Minute)
 	store := &client.MemoryStore{}
-	if _, err := client.Pair(context.Background(), cr.URL, cr.invite("phone"), client.PairOptions{Store: store}); err != nil {
+	if _, err := client.Pair(context.Background(), cr.URL, cr.Invite("phone"), client.PairOptions{Store: store}); err != nil {
 		t.Fatal(err)
 	}
 	src, err := client.NewRenewing(context.Background(), cr.URL, store, client.RenewingOptions{Now: func() time.Time { return clock.Now().Add(100 * time.Second) }})
@@ -238,7 +239,7 @@ func TestRenewalWithClockAhead(t *testing.T) {
 		if _, err := c.Register(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := cr.counts(); n != tt.renewals {
+		if n, _ := cr.Counts(); n != tt.renewals {
 			t.Fatalf("call %d: %d renewals, want %d", i, n, tt.renewals)
 		}
 	}
@@ -248,21 +249,21 @@ func TestRenewalWithClockAhead(t *testing.T) {
 // though its expiry is far away, are renewed on the 401 and the call is
 // made again once: the app sees success. Red without the retry in do.
 func TestRenewOn401(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, time.Hour)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, time.Hour)
 	store := &client.MemoryStore{}
-	if _, err := client.Pair(context.Background(), cr.URL, cr.invite("phone"), client.PairOptions{Store: store}); err != nil {
+	if _, err := client.Pair(context.Background(), cr.URL, cr.Invite("phone"), client.PairOptions{Store: store}); err != nil {
 		t.Fatal(err)
 	}
 	creds, _ := store.Load(context.Background())
-	creds.AccessToken = cr.mint("other-household-device", -time.Hour) // refused: expired
+	creds.AccessToken = cr.Mint("other-household-device", -time.Hour) // refused: expired
 	store.Save(context.Background(), creds)
 	var st states
 	c, _ := renewingClient(t, cr, store, client.WithStateFunc(st.add))
 	if _, err := c.Register(context.Background()); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
-	if renewals, refused := cr.counts(); renewals != 1 || refused != 1 {
+	if renewals, refused := cr.Counts(); renewals != 1 || refused != 1 {
 		t.Fatalf("%d renewals, %d refusals; want one of each", renewals, refused)
 	}
 	if k := st.kinds(); !slices.Equal(k, []client.StateKind{client.StateConnected}) {
@@ -276,17 +277,17 @@ func TestRenewOn401(t *testing.T) {
 // call renewing) a second one does arrive: red, 8 renewals (or 2 and
 // refusals, from reuse detection).
 func TestRenewSingleFlight(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, 2*time.Minute)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, 2*time.Minute)
 	c, src := paired(t, cr, "phone", &client.MemoryStore{})
 	if _, err := c.Register(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(100 * time.Second)
 	hold := make(chan struct{})
-	cr.mu.Lock()
-	cr.hold = hold
-	cr.mu.Unlock()
+	cr.Mu.Lock()
+	cr.Hold = hold
+	cr.Mu.Unlock()
 	const n = 8
 	errs := make(chan error, n)
 	for range n {
@@ -295,9 +296,9 @@ func TestRenewSingleFlight(t *testing.T) {
 			errs <- err
 		}()
 	}
-	<-cr.renewed
+	<-cr.Renewed
 	select {
-	case <-cr.renewed:
+	case <-cr.Renewed:
 	case <-time.After(2 * time.Second):
 	}
 	close(hold)
@@ -306,7 +307,7 @@ func TestRenewSingleFlight(t *testing.T) {
 			t.Errorf("Register: %v", err)
 		}
 	}
-	if renewals, refused := cr.counts(); renewals != 1 || refused != 0 {
+	if renewals, refused := cr.Counts(); renewals != 1 || refused != 0 {
 		t.Fatalf("%d renewals, %d refusals; want 1 and 0", renewals, refused)
 	}
 	if src.Credentials().AccessExpiresAt != clock.Now().Add(2*time.Minute) {
@@ -322,8 +323,8 @@ func TestRenewSingleFlight(t *testing.T) {
 // ErrUnauthorized. Red when a refused renewal is treated as passing (the
 // listener retries forever, the test times out on its state).
 func TestReplayedRenewalSecretRevokes(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, 2*time.Minute)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, 2*time.Minute)
 	store := &client.MemoryStore{}
 	var st states
 	unauth := make(chan struct{}, 10)
@@ -374,8 +375,8 @@ func TestReplayedRenewalSecretRevokes(t *testing.T) {
 // expired the call fails with the store's error. Red when the source
 // takes the new set before saving it.
 func TestSaveBeforeUse(t *testing.T) {
-	clock := newFakeClock()
-	cr := newContractRelay(t, clock, 2*time.Minute)
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContract(t, clock, 2*time.Minute)
 	store := &checkedStore{}
 	c, src := paired(t, cr, "phone", store)
 	before := src.Credentials()
@@ -392,12 +393,12 @@ func TestSaveBeforeUse(t *testing.T) {
 	if _, err := c.Register(context.Background()); !errors.Is(err, store.fail) {
 		t.Fatalf("Register: %v, want the store's error", err)
 	}
-	if renewals, _ := cr.counts(); renewals != 2 || src.Credentials() != before {
+	if renewals, _ := cr.Counts(); renewals != 2 || src.Credentials() != before {
 		t.Fatalf("%d renewals; want 2, and the source to keep the credentials it could not replace", renewals)
 	}
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
-	for _, b := range cr.bearers {
+	cr.Mu.Lock()
+	defer cr.Mu.Unlock()
+	for _, b := range cr.Bearers {
 		if b != before.AccessToken {
 			t.Fatalf("the relay saw a token that was never saved")
 		}
@@ -406,7 +407,7 @@ func TestSaveBeforeUse(t *testing.T) {
 
 // TestPairRefused: a wrong code is the relay's 401 and nothing is saved.
 func TestPairRefused(t *testing.T) {
-	cr := newContractRelay(t, newFakeClock(), time.Hour)
+	cr := pairtest.NewContract(t, pairtest.NewClock(), time.Hour)
 	store := &client.MemoryStore{}
 	_, err := client.Pair(context.Background(), cr.URL, "WRONG-CODE0", client.PairOptions{Store: store})
 	var e *client.Error

@@ -1,4 +1,8 @@
-package client_test
+// Package pairtest runs, for tests, a real relay on a fake clock behind a
+// small server that answers POST /v1/pair and POST /v1/renew as
+// docs/PROTOCOL.md's pairing contract says, for the clients' tests to
+// drive both clocks.
+package pairtest
 
 import (
 	"context"
@@ -25,32 +29,32 @@ import (
 	"github.com/flamenet/relay/wake/local"
 )
 
-// fakeClock is the time of the relay and of the clients in a test: it
+// Clock is the time of the relay and of the clients in a test: it
 // moves only when the test moves it.
-type fakeClock struct {
+type Clock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+func NewClock() *Clock {
+	return &Clock{t: time.Now().UTC().Truncate(time.Second)}
 }
 
-func (c *fakeClock) Now() time.Time {
+func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *fakeClock) Advance(d time.Duration) {
+func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
 
-// startClockedRelay starts a relay on SQLite whose clock is clock: it
+// StartRelay starts a relay on SQLite whose clock is clock: it
 // judges tokens' expiry by it.
-func startClockedRelay(t *testing.T, clock *fakeClock) (string, ed25519.PrivateKey) {
+func StartRelay(t *testing.T, clock *Clock) (string, ed25519.PrivateKey) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -90,26 +94,29 @@ func startClockedRelay(t *testing.T, clock *fakeClock) (string, ed25519.PrivateK
 	return "http://" + ln.Addr().String(), key
 }
 
-// contractRelay is a real relay behind a small server of the test's own
+// Contract is a real relay behind a small server of the test's own
 // that answers POST /v1/pair and POST /v1/renew as docs/PROTOCOL.md's
 // pairing contract says (single-use codes and secrets, rotation, reuse
 // detection with its 30 s grace) and passes every other request through.
 // It counts what the clients did.
-type contractRelay struct {
+type Contract struct {
 	URL   string
-	clock *fakeClock
+	Clock *Clock
 	key   ed25519.PrivateKey
 	ttl   time.Duration // access tokens' life
 
-	mu        sync.Mutex
+	// Renewed receives a value when a renewal arrives (when not full).
+	Renewed chan struct{}
+
+	// Mu guards what follows.
+	Mu        sync.Mutex
 	codes     map[string]string // code -> device
 	secrets   map[[32]byte]*secret
 	renewals  int
-	renewedAt []time.Time
-	renewed   chan struct{} // a renewal arrived (buffered, never blocks)
-	hold      chan struct{} // when set, a renewal waits for it to close
+	RenewedAt []time.Time   // the clock's time of each renewal
+	Hold      chan struct{} // when set, a renewal waits for it to close
 	refused   int           // 401s the relay answered to passed-through requests
-	bearers   []string      // tokens of passed-through requests, in order
+	Bearers   []string      // tokens of passed-through requests, in order
 }
 
 type secret struct {
@@ -120,22 +127,25 @@ type secret struct {
 	expires           time.Time
 }
 
-const household = "home"
+// Household is the household of every device.
+const Household = "home"
 
-func newContractRelay(t *testing.T, clock *fakeClock, ttl time.Duration) *contractRelay {
+// NewContract starts a relay on clock and the contract's server in
+// front of it; pair and renew mint access tokens of life ttl.
+func NewContract(t *testing.T, clock *Clock, ttl time.Duration) *Contract {
 	t.Helper()
-	relayURL, key := startClockedRelay(t, clock)
+	relayURL, key := StartRelay(t, clock)
 	target, err := url.Parse(relayURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr := &contractRelay{clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, renewed: make(chan struct{}, 1000)}
+	cr := &Contract{Clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, Renewed: make(chan struct{}, 1000)}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
 		if resp.StatusCode == http.StatusUnauthorized {
-			cr.mu.Lock()
+			cr.Mu.Lock()
 			cr.refused++
-			cr.mu.Unlock()
+			cr.Mu.Unlock()
 		}
 		return nil
 	}
@@ -143,9 +153,9 @@ func newContractRelay(t *testing.T, clock *fakeClock, ttl time.Duration) *contra
 	mux.HandleFunc("POST /v1/pair", cr.pair)
 	mux.HandleFunc("POST /v1/renew", cr.renew)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		cr.mu.Lock()
-		cr.bearers = append(cr.bearers, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
-		cr.mu.Unlock()
+		cr.Mu.Lock()
+		cr.Bearers = append(cr.Bearers, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		cr.Mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	})
 	srv := httptest.NewServer(mux)
@@ -154,30 +164,31 @@ func newContractRelay(t *testing.T, clock *fakeClock, ttl time.Duration) *contra
 	return cr
 }
 
-// invite makes a one-time code for device.
-func (cr *contractRelay) invite(device string) string {
+// Invite makes a one-time code for device.
+func (cr *Contract) Invite(device string) string {
 	b := make([]byte, 8)
 	rand.Read(b)
 	code := base64.RawURLEncoding.EncodeToString(b)
-	cr.mu.Lock()
+	cr.Mu.Lock()
 	cr.codes[code] = device
-	cr.mu.Unlock()
+	cr.Mu.Unlock()
 	return code
 }
 
-// mint is a device token of household valid for an hour of the clock.
-func (cr *contractRelay) mint(device string, life time.Duration) string {
-	now := cr.clock.Now()
-	tok, err := token.Mint(cr.key, token.Claims{Household: household, Device: device, IssuedAt: now, Expires: now.Add(life)})
+// Mint is a device token of Household valid for life on the clock.
+func (cr *Contract) Mint(device string, life time.Duration) string {
+	now := cr.Clock.Now()
+	tok, err := token.Mint(cr.key, token.Claims{Household: Household, Device: device, IssuedAt: now, Expires: now.Add(life)})
 	if err != nil {
 		panic(err)
 	}
 	return tok
 }
 
-func (cr *contractRelay) counts() (renewals, refused int) {
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
+// Counts are the renewals asked for and the 401s the relay answered.
+func (cr *Contract) Counts() (renewals, refused int) {
+	cr.Mu.Lock()
+	defer cr.Mu.Unlock()
 	return cr.renewals, cr.refused
 }
 
@@ -188,23 +199,23 @@ func unauthorized(w http.ResponseWriter) {
 }
 
 // issue answers with a new set for device; cr.mu is held.
-func (cr *contractRelay) issue(w http.ResponseWriter, device string) *secret {
-	now := cr.clock.Now()
+func (cr *Contract) issue(w http.ResponseWriter, device string) *secret {
+	now := cr.Clock.Now()
 	raw := make([]byte, 32)
 	rand.Read(raw)
 	sec := "fnr1." + base64.RawURLEncoding.EncodeToString(raw)
-	s := &secret{household: household, device: device, expires: now.Add(90 * 24 * time.Hour)}
+	s := &secret{household: Household, device: device, expires: now.Add(90 * 24 * time.Hour)}
 	cr.secrets[sha256.Sum256([]byte(sec))] = s
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]string{
-		"household": household, "device": device, "scope": "device",
-		"access_token": cr.mint(device, cr.ttl), "access_expires_at": now.Add(cr.ttl).Format(time.RFC3339Nano),
+		"household": Household, "device": device, "scope": "device",
+		"access_token": cr.Mint(device, cr.ttl), "access_expires_at": now.Add(cr.ttl).Format(time.RFC3339Nano),
 		"renewal_secret": sec, "renewal_expires_at": s.expires.Format(time.RFC3339Nano),
 	})
 	return s
 }
 
-func (cr *contractRelay) pair(w http.ResponseWriter, r *http.Request) {
+func (cr *Contract) pair(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Code string `json:"code"`
 	}
@@ -212,8 +223,8 @@ func (cr *contractRelay) pair(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
 		return
 	}
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
+	cr.Mu.Lock()
+	defer cr.Mu.Unlock()
 	device, ok := cr.codes[req.Code]
 	if !ok {
 		unauthorized(w)
@@ -223,7 +234,7 @@ func (cr *contractRelay) pair(w http.ResponseWriter, r *http.Request) {
 	cr.issue(w, device)
 }
 
-func (cr *contractRelay) renew(w http.ResponseWriter, r *http.Request) {
+func (cr *Contract) renew(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Secret string `json:"renewal_secret"`
 	}
@@ -231,21 +242,21 @@ func (cr *contractRelay) renew(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
 		return
 	}
-	cr.mu.Lock()
+	cr.Mu.Lock()
 	cr.renewals++
-	cr.renewedAt = append(cr.renewedAt, cr.clock.Now())
-	hold := cr.hold
-	cr.mu.Unlock()
+	cr.RenewedAt = append(cr.RenewedAt, cr.Clock.Now())
+	hold := cr.Hold
+	cr.Mu.Unlock()
 	select {
-	case cr.renewed <- struct{}{}:
+	case cr.Renewed <- struct{}{}:
 	default: // nobody is counting
 	}
 	if hold != nil {
 		<-hold
 	}
-	cr.mu.Lock()
-	defer cr.mu.Unlock()
-	now := cr.clock.Now()
+	cr.Mu.Lock()
+	defer cr.Mu.Unlock()
+	now := cr.Clock.Now()
 	s, ok := cr.secrets[sha256.Sum256([]byte(req.Secret))]
 	switch {
 	case !ok || s.revoked || !now.Before(s.expires):

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/config"
+)
+
+const pairUsage = `usage: relay pair -url URL -code CODE -store FILE
+
+Redeems an invitation's code at the relay (no token needed) and writes the
+device's credentials to FILE (JSON, readable by its owner only). relay
+send and relay listen then take -store FILE instead of a token, and renew
+the credentials in it as they go.
+
+flags:`
+
+func pairCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pair", flag.ContinueOnError)
+	url := fs.String("url", defaultRelayURL, "relay base URL (env FN_RELAY_URL)")
+	code := fs.String("code", "", "the invitation's code, as shown (ABCDE-FGHJK)")
+	store := fs.String("store", "", "write the credentials to this file")
+	fs.SetOutput(io.Discard)
+	printUsage := func(w io.Writer) {
+		fmt.Fprintln(w, pairUsage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	_, err := config.Parse(fs, args, getenv, func(flag string) string {
+		if flag == "url" {
+			return "FN_RELAY_URL"
+		}
+		return ""
+	})
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout)
+		return flag.ErrHelp
+	case err != nil:
+		fmt.Fprintln(stderr, err)
+		printUsage(stderr)
+		return &exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return usageErr("pair: unexpected argument %q", fs.Arg(0))
+	}
+	if strings.TrimSpace(*code) == "" || *store == "" {
+		return usageErr("pair: give -code and -store")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, err := client.Pair(ctx, *url, *code, client.PairOptions{Store: client.FileStore(*store)})
+	if err != nil {
+		return fmt.Errorf("pair: %w", err)
+	}
+	fmt.Fprintf(stdout, "paired as device %q of household %q (scope %s); credentials in %s, renewal secret valid until %s\n",
+		c.Device, c.Household, c.Scope, *store, c.RenewalExpiresAt.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// storeClient makes a client whose credentials come from the -store file
+// and are renewed into it; the URL is the one relay pair wrote there
+// unless -url (or FN_RELAY_URL) names another than the default.
+func (f *clientFlags) storeClient(ctx context.Context, opts ...client.Option) (*client.Client, error) {
+	if f.token != "" || f.tokenFile != "" {
+		return nil, usageErr("give -store or a token, not both")
+	}
+	store := client.FileStore(f.store)
+	creds, err := store.Load(ctx)
+	if err != nil {
+		return nil, usageErr("-store: %w", err)
+	}
+	url := f.url
+	if f.url == defaultRelayURL && creds.URL != "" {
+		url = creds.URL
+	}
+	switch f.codec {
+	case "json":
+		opts = append(opts, client.WithCodec(client.JSON))
+	case "msgpack":
+		opts = append(opts, client.WithCodec(client.MessagePack))
+	default:
+		return nil, usageErr("-codec %q: json or msgpack", f.codec)
+	}
+	src, err := client.NewRenewing(ctx, url, store, client.RenewingOptions{})
+	if err != nil {
+		return nil, usageErr("-store: %w", err)
+	}
+	c, err := client.NewWithCredentials(url, src, opts...)
+	if err != nil {
+		return nil, usageErr("%w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/internal/pairtest"
+)
+
+// TestPairListenSend: relay pair writes a credentials file (0600, with
+// the relay's URL); relay send and relay listen take -store instead of a
+// token and need no -url; listen renews due credentials into the file
+// before it uses them. The commands run on the real clock, so the phone's
+// file is made due by writing it an early expiry.
+func TestPairListenSend(t *testing.T) {
+	cr := pairtest.NewContract(t, pairtest.NewClock(), time.Hour)
+	dir := t.TempDir()
+	phoneFile, laptopFile := filepath.Join(dir, "phone.json"), filepath.Join(dir, "laptop.json")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for dev, file := range map[string]string{"phone": phoneFile, "laptop": laptopFile} {
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, []string{"pair", "-url", cr.URL, "-code", cr.Invite(dev), "-store", file}, noEnv, &stdout, &stderr); err != nil {
+			t.Fatalf("pair %s: %v\n%s", dev, err, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), `paired as device "`+dev+`"`) {
+			t.Fatalf("pair printed %q", stdout.String())
+		}
+		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("credentials file: %v %v", fi, err)
+		}
+	}
+	store := client.FileStore(phoneFile)
+	paired, err := store.Load(ctx)
+	if err != nil || paired.URL != cr.URL {
+		t.Fatalf("the file holds %+v (%v)", paired, err)
+	}
+	due := paired
+	due.AccessExpiresAt = time.Now().Add(time.Minute)
+	if err := store.Save(ctx, due); err != nil {
+		t.Fatal(err)
+	}
+
+	var listenOut, listenErr bytes.Buffer
+	listened := make(chan error, 1)
+	go func() {
+		listened <- run(ctx, []string{"listen", "-store", phoneFile, "-wait", "1", "-count", "1"}, noEnv, &listenOut, &listenErr)
+	}()
+	// The phone's first poll registers it: send until the relay knows it.
+	for {
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, []string{"send", "-store", laptopFile, "-to", "phone", "-id", "one", "hello"}, noEnv, &stdout, &stderr)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unknown_device") {
+			t.Fatalf("send: %v\n%s", err, stderr.String())
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the phone never registered")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := <-listened; err != nil {
+		t.Fatalf("listen: %v\n%s", err, listenErr.String())
+	}
+	var line struct {
+		ID      string `json:"id"`
+		From    string `json:"from"`
+		Payload []byte `json:"payload"`
+	}
+	if err := json.Unmarshal(listenOut.Bytes(), &line); err != nil || line.ID != "one" || line.From != "laptop" || string(line.Payload) != "hello" {
+		t.Fatalf("listen printed %q (%v)", listenOut.String(), err)
+	}
+	renewed, err := store.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewals, _ := cr.Counts(); renewals != 1 || renewed.RenewalSecret == paired.RenewalSecret || renewed.URL != cr.URL {
+		t.Fatalf("%d renewals; the file's secret changed: %v, URL %q", renewals, renewed.RenewalSecret != paired.RenewalSecret, renewed.URL)
+	}
+
+	// Usage mistakes: exit 2.
+	for _, args := range [][]string{
+		{"pair", "-url", cr.URL, "-store", phoneFile},                 // no code
+		{"pair", "-url", cr.URL, "-code", "X"},                        // no store
+		{"send", "-store", phoneFile, "-token", "t", "-to", "a", "x"}, // both
+		{"listen", "-store", filepath.Join(dir, "none.json")},         // no file
+	} {
+		err := run(ctx, args, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+		var exit *exitError
+		if !errors.As(err, &exit) || exit.code != 2 {
+			t.Errorf("%q: %v, want exit 2", args, err)
+		}
+	}
+	// A wrong code: the relay's refusal, not a usage mistake.
+	err = run(ctx, []string{"pair", "-url", cr.URL, "-code", "WRONG", "-store", filepath.Join(dir, "x.json")}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("pair with a wrong code: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.json")); err == nil {
+		t.Errorf("a refused pairing wrote a file")
+	}
+}
