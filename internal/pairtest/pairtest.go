@@ -17,6 +17,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +153,7 @@ func NewContract(t *testing.T, clock *Clock, ttl time.Duration) *Contract {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/pair", cr.pair)
 	mux.HandleFunc("POST /v1/renew", cr.renew)
+	cr.control(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		cr.Mu.Lock()
 		cr.Bearers = append(cr.Bearers, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
@@ -277,4 +279,58 @@ func (cr *Contract) renew(w http.ResponseWriter, r *http.Request) {
 		}
 		unauthorized(w)
 	}
+}
+
+// control serves, under /_test/, what a test in another process (the
+// TypeScript client's, run by Node) needs to drive the contract: the
+// clock, invitations, tokens, counts, and holding renewals.
+func (cr *Contract) control(mux *http.ServeMux) {
+	reply := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
+	// GET: the clock in ms since the epoch; POST ?ms=N: moved on N ms first.
+	mux.HandleFunc("/_test/clock", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			cr.Clock.Advance(time.Duration(ms) * time.Millisecond)
+		}
+		reply(w, cr.Clock.Now().UnixMilli())
+	})
+	mux.HandleFunc("POST /_test/invite", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, cr.Invite(r.URL.Query().Get("device")))
+	})
+	// ?device=D&secs=N: a token of D living N s on the clock.
+	mux.HandleFunc("POST /_test/mint", func(w http.ResponseWriter, r *http.Request) {
+		secs, _ := strconv.Atoi(r.URL.Query().Get("secs"))
+		reply(w, cr.Mint(r.URL.Query().Get("device"), time.Duration(secs)*time.Second))
+	})
+	mux.HandleFunc("GET /_test/counts", func(w http.ResponseWriter, r *http.Request) {
+		renewals, refused := cr.Counts()
+		reply(w, map[string]int{"renewals": renewals, "refused": refused})
+	})
+	// Holds the next renewal until a second one arrives or 2 s pass,
+	// so that calls that each renew would show it.
+	mux.HandleFunc("POST /_test/hold", func(w http.ResponseWriter, r *http.Request) {
+		for len(cr.Renewed) > 0 { // forget the renewals before this
+			<-cr.Renewed
+		}
+		hold := make(chan struct{})
+		cr.Mu.Lock()
+		cr.Hold = hold
+		cr.Mu.Unlock()
+		go func() {
+			defer close(hold)
+			<-cr.Renewed
+			select {
+			case <-cr.Renewed:
+			case <-time.After(2 * time.Second):
+			}
+		}()
+		reply(w, true)
+	})
 }

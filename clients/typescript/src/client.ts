@@ -1,5 +1,7 @@
 import { Backoff, MAX_RETRY_AFTER_SECONDS, sleep, timerMs } from "./backoff.js";
 import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
+import type { CredentialSource } from "./credentials.js";
+import { FixedToken, UnauthorizedError } from "./credentials.js";
 import type { CursorStore } from "./cursor.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
@@ -23,8 +25,12 @@ export const MAX_ANSWER_BYTES = 64 << 20;
 export interface ClientOptions {
   /** The relay's base URL: http(s)://host:port, without a path. */
   url: string;
-  /** The device's bearer token. */
-  token: string;
+  /** The device's bearer token; or credentials. */
+  token?: string;
+  /** Where each request's token comes from (a RenewingCredentials keeps a paired device's fresh); instead of token. */
+  credentials?: CredentialSource;
+  /** Called on each change of the connection state (see ConnectionState). */
+  onState?: (state: ConnectionState) => void;
   /** The fetch to use; the platform's by default. */
   fetch?: typeof fetch;
   /** Bound of each request other than a held poll (default 30 s). */
@@ -111,7 +117,8 @@ const utf8 = new TextEncoder();
  */
 export class RelayClient {
   readonly url: string;
-  private readonly token: string;
+  private readonly source: CredentialSource;
+  private readonly state: (s: ConnectionState) => void;
   private readonly fetchFn: typeof fetch;
   private readonly requestTimeoutMs: number;
   private readonly maxBackoffMs: number;
@@ -119,14 +126,16 @@ export class RelayClient {
 
   constructor(opts: ClientOptions) {
     this.url = opts.url.replace(/\/+$/, "");
-    this.token = opts.token.trim();
+    const token = opts.token?.trim() ?? "";
+    this.source = opts.credentials ?? new FixedToken(token);
+    this.state = stateReporter(opts.onState);
     // Called through a closure: a browser's fetch refuses another `this`.
     this.fetchFn = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxBackoffMs = opts.maxBackoffMs ?? 60_000;
     this.log = opts.log ?? (() => {});
     if (!/^https?:\/\/[^/]/.test(this.url)) throw new Error(`relay client: URL ${JSON.stringify(opts.url)} is not http:// or https://`);
-    if (!this.token) throw new Error("relay client: no token");
+    if (!opts.credentials && !token) throw new Error("relay client: no token");
     if (!(this.requestTimeoutMs > 0) || !(this.maxBackoffMs > 0)) throw new Error("relay client: timeouts and backoff must be positive");
   }
 
@@ -184,6 +193,7 @@ export class RelayClient {
       last = err;
       const d = bo.next(err);
       this.log(`send ${id}: ${String(err)}; retrying in ${Math.round(d)} ms`);
+      this.state({ kind: "retrying", delayMs: d, error: err });
       if (!(await sleep(d, opts.signal))) throw giveUp(err);
     }
   }
@@ -240,6 +250,7 @@ export class RelayClient {
     while (!signal.aborted) {
       let res: PollResult;
       const started = Date.now();
+      if (!recovering) this.state({ kind: "waiting" });
       try {
         res = await this.poll(
           recovering
@@ -256,6 +267,7 @@ export class RelayClient {
         if (!retryable(err)) throw err;
         const d = bo.next(err);
         this.log(`listen: ${String(err)}; polling again in ${Math.round(d)} ms`);
+        this.state({ kind: "retrying", delayMs: d, error: err });
         if (!(await sleep(d, signal))) return;
         continue;
       }
@@ -292,7 +304,47 @@ export class RelayClient {
     }
   }
 
+  /**
+   * One request with the source's token; when the relay refuses it with
+   * 401, the source is asked once for a fresh one and the request is made
+   * again. Reports connected and unauthorized.
+   */
   private async request<T>(method: string, path: string, body: unknown, want: number, timeoutMs: number, signal: AbortSignal | undefined): Promise<T | undefined> {
+    const unauthorized = (e: unknown) => this.state({ kind: "unauthorized", error: e });
+    let tok: string;
+    try {
+      tok = await this.source.token(signal);
+    } catch (e) {
+      if (e instanceof UnauthorizedError) unauthorized(e);
+      throw e;
+    }
+    let res: T | undefined;
+    try {
+      res = await this.requestWith<T>(tok, method, path, body, want, timeoutMs, signal);
+    } catch (e) {
+      if (!(e instanceof RelayError && e.status === 401)) throw e;
+      let fresh: string;
+      try {
+        fresh = await this.source.refused(tok, signal);
+      } catch (re) {
+        if (re instanceof UnauthorizedError) {
+          unauthorized(re);
+          throw e; // the relay's 401, which retrying cannot fix
+        }
+        throw re; // renewing failed for a passing reason: retry later
+      }
+      try {
+        res = await this.requestWith<T>(fresh, method, path, body, want, timeoutMs, signal);
+      } catch (e2) {
+        if (e2 instanceof RelayError && e2.status === 401) unauthorized(e2);
+        throw e2;
+      }
+    }
+    this.state({ kind: "connected" });
+    return res;
+  }
+
+  private async requestWith<T>(tok: string, method: string, path: string, body: unknown, want: number, timeoutMs: number, signal: AbortSignal | undefined): Promise<T | undefined> {
     if (signal?.aborted) throw abortError(signal);
     const ctl = new AbortController();
     const onAbort = () => ctl.abort(signal?.reason);
@@ -308,7 +360,7 @@ export class RelayClient {
       return new NoAnswerError(`${method} ${path}: ${why}`, { cause: e });
     };
     try {
-      const headers: Record<string, string> = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
+      const headers: Record<string, string> = { Authorization: `Bearer ${tok}`, Accept: "application/json" };
       // No redirect is followed: the relay never answers one, and one to
       // another origin would carry the body there (fetch drops only the
       // token), as the Go client refuses it.
@@ -344,7 +396,7 @@ export class RelayClient {
  * MAX_ANSWER_BYTES, so that a hostile or broken server cannot fill the
  * client's memory.
  */
-async function readAnswer(resp: Response): Promise<string> {
+export async function readAnswer(resp: Response): Promise<string> {
   if (!resp.body) return "";
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
@@ -365,7 +417,7 @@ async function readAnswer(resp: Response): Promise<string> {
   return parts.join("");
 }
 
-function answerError(resp: Response, text: string): RelayError {
+export function answerError(resp: Response, text: string): RelayError {
   // Whole seconds only (the relay never sends an HTTP date), capped: a
   // misconfigured proxy's huge value must neither stall nor, past
   // setTimeout's range, spin the client.
@@ -379,4 +431,32 @@ function answerError(resp: Response, text: string): RelayError {
     // Not the relay's body: a proxy's page or the HTTP server's own plain text.
   }
   return new RelayError(resp.status, body, retryAfter, text.trim().slice(0, 200));
+}
+
+/**
+ * A client's connection state, for an app to show: connected (the relay
+ * answered), waiting (a poll is out, held until something arrives),
+ * retrying (a call failed for a passing reason and is tried again after
+ * delayMs), unauthorized (the credentials were refused and renewing them
+ * failed: pair again).
+ */
+export type ConnectionState =
+  | { kind: "connected" }
+  | { kind: "waiting" }
+  | { kind: "retrying"; delayMs: number; error: unknown }
+  | { kind: "unauthorized"; error: unknown };
+
+/** Calls f on each change of kind (each retry too); never lets f's throw reach the client. */
+function stateReporter(f: ((s: ConnectionState) => void) | undefined): (s: ConnectionState) => void {
+  if (!f) return () => {};
+  let last: ConnectionState["kind"] | undefined;
+  return (s) => {
+    if (s.kind === last && s.kind !== "retrying") return;
+    last = s.kind;
+    try {
+      f(s);
+    } catch {
+      // The app's callback is not the client's business.
+    }
+  };
 }

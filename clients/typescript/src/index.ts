@@ -2,7 +2,7 @@
 // module (the Node-only cursor file is in ./node.js).
 export { RelayClient, newId, DEFAULT_WAIT, MAX_ANSWER_BYTES } from "./client.js";
 export { MAX_RETRY_AFTER_SECONDS } from "./backoff.js";
-export type { ClientOptions, Envelope, PollResult, PollOptions, SendOptions, Handler, ListenOptions } from "./client.js";
+export type { ClientOptions, ConnectionState, Envelope, PollResult, PollOptions, SendOptions, Handler, ListenOptions } from "./client.js";
 export { MemoryCursorStore } from "./cursor.js";
 export type { CursorStore } from "./cursor.js";
 export { RelayError, NoAnswerError } from "./errors.js";
@@ -14,3 +14,5 @@ export type { PinStore, KeyChange, KeyringOptions } from "./keyring.js";
 export { SealedClient, readDirectory } from "./sealed.js";
 export type { DirectoryEntry, OpenedEnvelope, ListenSealedOptions } from "./sealed.js";
 export type { SendResponse, RegisterResponse, RegisterRequest, PushTarget, Delivery, Device, DevicesResponse } from "./wire.js";
+export { FixedToken, LocalStorageCredentialStore, MemoryCredentialStore, RenewingCredentials, UnauthorizedError, pair } from "./credentials.js";
+export type { CredentialSource, CredentialStore, Credentials, KeyValueStorage, PairOptions, RenewingOptions } from "./credentials.js";

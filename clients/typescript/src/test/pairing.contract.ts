@@ -1,0 +1,199 @@
+// The pairing and renewal tests of the TypeScript client. They need the
+// relay on a fake clock behind the pairing contract's test server
+// (internal/pairtest), which the Go test clients/pairing_test.go starts
+// and names in PAIRTEST_URL; it runs this file with node --test. Not
+// part of npm test, whose relays run on the real clock.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { MemoryCredentialStore, LocalStorageCredentialStore, RelayClient, RelayError, RenewingCredentials, UnauthorizedError, pair } from "../index.js";
+import type { ConnectionState, Credentials, CredentialStore } from "../index.js";
+
+const base = process.env.PAIRTEST_URL;
+if (!base) throw new Error("PAIRTEST_URL is not set: run this from clients/pairing_test.go");
+const URL_ = base;
+
+async function control<T>(method: string, path: string): Promise<T> {
+  const r = await fetch(URL_ + "/_test/" + path, { method });
+  assert.equal(r.status, 200, `${method} ${path}: ${r.status}`);
+  return (await r.json()) as T;
+}
+
+/** The test's clock, the relay's: read once, then moved by both together. */
+let now = 0;
+const clock = () => now;
+async function advance(ms: number): Promise<void> {
+  now = await control<number>("POST", `clock?ms=${ms}`);
+}
+const counts = () => control<{ renewals: number; refused: number }>("GET", "counts");
+
+/** Pairs device into a fresh memory store (or store) and makes a client on a renewing source. */
+async function paired(device: string, opts: { store?: CredentialStore; onState?: (s: ConnectionState) => void } = {}) {
+  const store = opts.store ?? new MemoryCredentialStore();
+  await pair(URL_, await control<string>("POST", `invite?device=${device}`), { store });
+  return renewing(store, opts.onState);
+}
+
+async function renewing(store: CredentialStore, onState?: (s: ConnectionState) => void) {
+  const source = await RenewingCredentials.open(URL_, store, { now: clock });
+  const client = new RelayClient({ url: URL_, credentials: source, ...(onState && { onState }) });
+  return { client, source, store };
+}
+
+/** Records the states a client reports. */
+function states() {
+  const seen: ConnectionState[] = [];
+  return { seen, kinds: () => seen.map((s) => s.kind), on: (s: ConnectionState) => void seen.push(s) };
+}
+
+// Each test's renewals, as counted by the server, from a fresh start.
+let before = { renewals: 0, refused: 0 };
+async function since() {
+  const c = await counts();
+  return { renewals: c.renewals - before.renewals, refused: c.refused - before.refused };
+}
+async function start() {
+  now = await control<number>("GET", "clock");
+  before = await counts();
+}
+
+test("a listener with 2-minute tokens keeps receiving for 10 minutes without a 401 reaching the app", async () => {
+  await start();
+  const st = states();
+  const { client: phone, source, store } = await paired("phone1", { onState: st.on });
+  const laptop = new RelayClient({ url: URL_, token: await control<string>("POST", "mint?device=laptop&secs=3600") });
+  await phone.register();
+  const got: string[] = [];
+  let wake: (() => void) | undefined;
+  const stop = new AbortController();
+  const listening = phone.listen(
+    (e) => {
+      got.push(new TextDecoder().decode(e.payload));
+      wake?.();
+    },
+    { wait: 1, signal: stop.signal },
+  );
+  let failed: unknown;
+  listening.catch((e: unknown) => {
+    failed = e;
+    wake?.();
+  });
+  for (let i = 0; i < 60; i++) {
+    await advance(10_000);
+    await laptop.send(["phone1"], `m${i}`);
+    const deadline = Date.now() + 15_000;
+    while (got.length <= i && failed === undefined) {
+      const t = Math.max(0, deadline - Date.now());
+      if (t === 0) assert.fail(`step ${i}: m${i} not received`);
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        setTimeout(resolve, t);
+      });
+    }
+    assert.equal(failed, undefined, `listen rejected: ${String(failed)}`);
+    assert.equal(got[i], `m${i}`);
+  }
+  stop.abort();
+  await listening;
+  const c = await since();
+  assert.equal(c.refused, 0, "the relay answered 401");
+  assert.ok(c.renewals >= 6 && c.renewals <= 7, `${c.renewals} renewals, want 6 or 7 (one per 80 or 90 s)`);
+  assert.ok(!st.kinds().includes("unauthorized") && st.kinds().includes("waiting") && st.kinds().includes("connected"), `states ${st.kinds()}`);
+  assert.deepEqual(await store.load(), source.credentials);
+});
+
+test("a 2-minute token is renewed when 40 s are left, not before", async () => {
+  await start();
+  const { client } = await paired("phone2");
+  await advance(79_000);
+  await client.register();
+  assert.equal((await since()).renewals, 0);
+  await advance(1_000);
+  await client.register();
+  assert.equal((await since()).renewals, 1);
+});
+
+test("a refused token is renewed once and the call made again", async () => {
+  await start();
+  const store = new MemoryCredentialStore();
+  await pair(URL_, await control<string>("POST", "invite?device=phone3"), { store });
+  const c = (await store.load())!;
+  c.access_token = await control<string>("POST", "mint?device=phone3&secs=-3600"); // expired: refused
+  c.access_expires_at = new Date(now + 86_400_000).toISOString(); // not due by the client's reckoning
+  await store.save(c);
+  const st = states();
+  const { client } = await renewing(store, st.on);
+  await client.register();
+  assert.deepEqual(await since(), { renewals: 1, refused: 1 });
+  assert.deepEqual(st.kinds(), ["connected"]);
+});
+
+test("concurrent calls that find the token due renew once (single flight)", async () => {
+  await start();
+  const { client, source } = await paired("phone4");
+  await client.register();
+  await advance(100_000);
+  await control("POST", "hold");
+  await Promise.all(Array.from({ length: 8 }, () => client.register()));
+  assert.deepEqual(await since(), { renewals: 1, refused: 0 });
+  assert.equal(Date.parse(source.credentials.access_expires_at), now + 120_000);
+});
+
+test("a replayed renewal secret is refused, and the first client reports unauthorized", async () => {
+  await start();
+  const st = states();
+  const { client: phone, store } = await paired("phone5", { onState: st.on });
+  const first = (await store.load())!;
+  await advance(81_000);
+  await phone.register(); // renews: first's secret is used
+  await advance(31_000);
+  const tst = states();
+  const { client: thief } = await renewing(new MemoryCredentialStore(first), tst.on);
+  await assert.rejects(thief.register(), UnauthorizedError);
+  assert.deepEqual(tst.kinds(), ["unauthorized"]);
+  await advance(80_000); // the phone's renewal is due
+  await assert.rejects(phone.listen(() => {}, { wait: 1 }), UnauthorizedError);
+  assert.equal(st.kinds().at(-1), "unauthorized");
+});
+
+test("a set the store cannot save is not used", async () => {
+  await start();
+  let fail = false;
+  const mem = new MemoryCredentialStore();
+  const store: CredentialStore = {
+    load: () => mem.load(),
+    save: async (c: Credentials) => {
+      if (fail) throw new Error("disk full");
+      await mem.save(c);
+    },
+  };
+  const { client, source } = await paired("phone6", { store });
+  const old = source.credentials;
+  await advance(95_000);
+  fail = true;
+  await client.register(); // the old token still works
+  assert.deepEqual(source.credentials, old);
+  await advance(26_000); // past its expiry, within the relay's 30 s grace
+  await assert.rejects(client.register(), /disk full/);
+  assert.deepEqual(source.credentials, old);
+  assert.equal((await since()).renewals, 2);
+});
+
+test("pair with a wrong code is the relay's 401 and saves nothing", async () => {
+  const store = new MemoryCredentialStore();
+  await assert.rejects(pair(URL_, "WRONG-CODE0", { store }), (e: unknown) => e instanceof RelayError && e.status === 401);
+  assert.equal(await store.load(), undefined);
+});
+
+test("the localStorage store keeps the credentials as JSON under its key", async () => {
+  const m = new Map<string, string>();
+  const storage = { getItem: (k: string) => m.get(k) ?? null, setItem: (k: string, v: string) => void m.set(k, v) };
+  const s = new LocalStorageCredentialStore("creds", storage);
+  assert.equal(await s.load(), undefined);
+  const store = new MemoryCredentialStore();
+  const c = await pair(URL_, await control<string>("POST", "invite?device=tab"), { store: s });
+  assert.deepEqual(JSON.parse(m.get("creds")!), c);
+  assert.deepEqual(await s.load(), c);
+  assert.equal(c.url, URL_);
+  assert.equal(await store.load(), undefined);
+});
