@@ -113,6 +113,19 @@ test("a 2-minute token is renewed when 40 s are left, not before", async () => {
   assert.equal((await since()).renewals, 1);
 });
 
+test("a client clock 100 s ahead of the relay's renews its loaded token, then every 80 s, not on every call", async () => {
+  await start();
+  const store = new MemoryCredentialStore();
+  await pair(URL_, await control<string>("POST", "invite?device=phone9"), { store });
+  const source = await RenewingCredentials.open(URL_, store, { now: () => now + 100_000 });
+  const client = new RelayClient({ url: URL_, credentials: source });
+  for (const [advanceMs, renewals] of [[0, 1], [0, 1], [79_000, 1], [1_000, 2]] as const) {
+    await advance(advanceMs);
+    await client.register();
+    assert.equal((await since()).renewals, renewals);
+  }
+});
+
 test("a refused token is renewed once and the call made again", async () => {
   await start();
   const store = new MemoryCredentialStore();
