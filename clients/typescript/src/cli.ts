@@ -13,10 +13,13 @@ import { Keyring } from "./keyring.js";
 import { FileCursorStore, FilePinStore, loadIdentity } from "./node.js";
 import { fingerprint } from "./seal.js";
 import { SealedClient } from "./sealed.js";
+import { RenewingCredentials, pair } from "./credentials.js";
+import { FileCredentialStore } from "./node-credentials.js";
 
 const USAGE = `usage:
   cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [-seal] [PAYLOAD | -file F | -]
   cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open]
+  cli.js pair -url URL -code CODE -store FILE
 common flags:
   -seal           send: seal the payload to the recipients' pinned keys
   -open           listen: open sealed envelopes: "payload" is the plaintext,
@@ -28,6 +31,7 @@ common flags:
   -url URL        relay base URL (env FN_RELAY_URL, default http://127.0.0.1:8080)
   -token T        bearer token; else -token-file F; else env FN_TOKEN
   -token-file F   file holding the token
+  -store F        credentials file written by pair, renewed as needed (instead of a token)
   -codec json     the only codec of this command line`;
 
 /** A mistake on the command line: exit 2. */
@@ -96,12 +100,14 @@ function wholeNumber(name: string, s: string, min: number): number {
   return Number(s);
 }
 
-const COMMON = ["url", "token", "token-file", "codec"];
+const COMMON = ["url", "token", "token-file", "codec", "store"];
+const DEFAULT_URL = "http://127.0.0.1:8080";
 
 async function clientFrom(flags: Flags, env: NodeJS.ProcessEnv): Promise<RelayClient> {
   const codec = flags.get("codec") ?? "json";
   if (codec === "msgpack") throw new UsageError("-codec msgpack: this command line speaks JSON only");
   if (codec !== "json") throw new UsageError(`-codec ${codec}: want json`);
+  if (flags.has("store")) return storeClient(flags, env);
   let token = flags.get("token") ?? "";
   if (!token && flags.has("token-file")) {
     try {
@@ -112,12 +118,40 @@ async function clientFrom(flags: Flags, env: NodeJS.ProcessEnv): Promise<RelayCl
   }
   if (!token) token = (env.FN_TOKEN ?? "").trim();
   if (!token) throw new UsageError("no token: give -token, -token-file or FN_TOKEN");
-  const url = flags.get("url") || env.FN_RELAY_URL || "http://127.0.0.1:8080";
+  const url = flags.get("url") || env.FN_RELAY_URL || DEFAULT_URL;
   try {
     return new RelayClient({ url, token, log: (line) => process.stderr.write(`relay-client: ${line}\n`) });
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
+}
+
+/** A client on the credentials of the -store file, renewed into it; the file's URL unless -url or FN_RELAY_URL names one. */
+async function storeClient(flags: Flags, env: NodeJS.ProcessEnv): Promise<RelayClient> {
+  if (flags.has("token") || flags.has("token-file")) throw new UsageError("give -store or a token, not both");
+  const store = new FileCredentialStore(flags.get("store")!);
+  let creds;
+  try {
+    creds = await store.load();
+  } catch (e) {
+    throw new UsageError(`-store: ${(e as Error).message}`);
+  }
+  if (!creds) throw new UsageError(`-store: ${flags.get("store")} does not exist; pair first`);
+  const url = flags.get("url") || env.FN_RELAY_URL || creds.url || DEFAULT_URL;
+  const credentials = await RenewingCredentials.open(url, store);
+  return new RelayClient({ url, credentials, log: (line) => process.stderr.write(`relay-client: ${line}\n`) });
+}
+
+async function pairCmd(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const { flags, rest } = parseFlags(args, ["url", "code", "store"]);
+  if (rest.length > 0) throw new UsageError(`pair takes no arguments, got ${JSON.stringify(rest[0])}`);
+  const code = (flags.get("code") ?? "").trim();
+  const file = flags.get("store") ?? "";
+  if (!code || !file) throw new UsageError("pair needs -code and -store");
+  const url = flags.get("url") || env.FN_RELAY_URL || DEFAULT_URL;
+  const c = await pair(url, code, { store: new FileCredentialStore(file) });
+  await writeLine(`paired as device ${JSON.stringify(c.device)} of household ${JSON.stringify(c.household)} (scope ${c.scope}); credentials in ${file}, renewal secret valid until ${c.renewal_expires_at}`);
+  return 0;
 }
 
 async function readStdin(): Promise<Uint8Array> {
@@ -252,6 +286,8 @@ async function main(argv: string[]): Promise<number> {
         return await send(args, process.env);
       case "listen":
         return await listen(args, process.env);
+      case "pair":
+        return await pairCmd(args, process.env);
       case "-h":
       case "-help":
       case "--help":

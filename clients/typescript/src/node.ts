@@ -103,3 +103,4 @@ export async function loadIdentity(path: string): Promise<{ identity: Identity; 
   if (!/^[0-9a-fA-F]{64}$/.test(t)) throw new Error(`identity file ${path} does not hold a seed (64 hex digits)`);
   return { identity: await Identity.fromSeed(new Uint8Array(Buffer.from(t, "hex"))), created: false };
 }
+export { FileCredentialStore } from "./node-credentials.js";

@@ -4,10 +4,16 @@
 // and names in PAIRTEST_URL; it runs this file with node --test. Not
 // part of npm test, whose relays run on the real clock.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
+import { promisify } from "node:util";
 
 import { MemoryCredentialStore, LocalStorageCredentialStore, RelayClient, RelayError, RenewingCredentials, UnauthorizedError, pair } from "../index.js";
 import type { ConnectionState, Credentials, CredentialStore } from "../index.js";
+import { cliPath } from "./relay.js";
 
 const base = process.env.PAIRTEST_URL;
 if (!base) throw new Error("PAIRTEST_URL is not set: run this from clients/pairing_test.go");
@@ -209,4 +215,46 @@ test("the localStorage store keeps the credentials as JSON under its key", async
   assert.deepEqual(await s.load(), c);
   assert.equal(c.url, URL_);
   assert.equal(await store.load(), undefined);
+});
+
+test("the command line's pair writes a credentials file that send and listen take with -store, renewed into it", async () => {
+  const dir = await mkdtemp(join(tmpdir(), "pair-cli-"));
+  const cli = (...args: string[]) => promisify(execFile)(process.execPath, [cliPath, ...args], { env: { PATH: process.env.PATH ?? "" } });
+  try {
+    const phoneFile = join(dir, "phone.json");
+    const laptopFile = join(dir, "laptop.json");
+    for (const [dev, file] of [["cli-phone", phoneFile], ["cli-laptop", laptopFile]] as const) {
+      const { stdout } = await cli("pair", "-url", URL_, "-code", await control<string>("POST", `invite?device=${dev}`), "-store", file);
+      assert.match(stdout, new RegExp(`paired as device "${dev}"`));
+      assert.equal((await stat(file)).mode & 0o777, 0o600);
+    }
+    const paired = JSON.parse(await readFile(phoneFile, "utf8")) as Credentials;
+    assert.equal(paired.url, URL_);
+    // Due by the command's (real) clock: it renews before its first poll.
+    await writeFile(phoneFile, JSON.stringify({ ...paired, access_expires_at: new Date(Date.now() + 10_000).toISOString() }));
+    const before = (await counts()).renewals;
+    const listening = cli("listen", "-store", phoneFile, "-wait", "1", "-count", "1");
+    // The phone's first poll registers it: send until the relay knows it.
+    for (let i = 0; ; i++) {
+      try {
+        await cli("send", "-store", laptopFile, "-to", "cli-phone", "-id", "one", "hello");
+        break;
+      } catch (e) {
+        if (i > 200 || !String((e as { stderr?: string }).stderr).includes("unknown_device")) throw e;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+    const line = JSON.parse((await listening).stdout) as { id: string; from: string; payload: string };
+    assert.deepEqual([line.id, line.from, atob(line.payload)], ["one", "cli-laptop", "hello"]);
+    const renewed = JSON.parse(await readFile(phoneFile, "utf8")) as Credentials;
+    assert.equal((await counts()).renewals - before, 1);
+    assert.notEqual(renewed.renewal_secret, paired.renewal_secret);
+    assert.equal(renewed.url, URL_);
+    await assert.rejects(cli("pair", "-url", URL_, "-code", "WRONG", "-store", join(dir, "x.json")), /401/);
+    await assert.rejects(stat(join(dir, "x.json")));
+    await assert.rejects(cli("listen", "-store", join(dir, "none.json")), (e: { code?: number }) => e.code === 2);
+    await assert.rejects(cli("send", "-store", phoneFile, "-token", "t", "-to", "a", "x"), (e: { code?: number }) => e.code === 2);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
