@@ -14,6 +14,29 @@
 // variants; Send and Listen retry as the protocol's "What a correct client
 // does" says. A Sealer (NewSealer) sends and listens with envelopes sealed
 // end to end (package seal, docs/E2E.md).
+//
+// # Paired devices
+//
+// A device paired with an invitation's code holds a short-lived access
+// token and a long-lived renewal secret instead of a fixed token. Pair
+// redeems the code and saves the credentials in a CredentialStore
+// (FileStore: a JSON file, 0600, replaced atomically); a *Renewing source
+// keeps them fresh:
+//
+//	store := client.FileStore("phone.json")
+//	_, err := client.Pair(ctx, url, "ABCDE-FGHJK", client.PairOptions{Store: store})
+//	src, err := client.NewRenewing(ctx, url, store, client.RenewingOptions{})
+//	c, err := client.NewWithCredentials(url, src, client.WithStateFunc(show))
+//
+// It renews when less than a third of the access token's life is left (or
+// 5 minutes, whichever is less) and once when the relay answers 401, then
+// makes the call again once; it saves each new set before using it, since
+// the renewal spent the old secret; concurrent calls wait for one
+// renewal. A refused renewal (the secret was replayed elsewhere, which
+// revokes all of the device's secrets; it expired; the device was removed)
+// is final: calls fail with an error wrapping ErrUnauthorized, and
+// WithStateFunc's callback hears StateUnauthorized. New(url, token) is
+// NewWithCredentials(url, StaticToken(token)).
 package client
 
 import (
