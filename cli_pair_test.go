@@ -20,8 +20,10 @@ import (
 // token and need no -url; listen renews due credentials into the file
 // before it uses them. The commands run on the real clock, so the phone's
 // file is made due by writing it an early expiry.
-func TestPairListenSend(t *testing.T) {
-	cr := pairtest.NewContract(t, pairtest.NewClock(), time.Hour)
+func TestPairListenSend(t *testing.T) { pairModes(t, testPairListenSend) }
+
+func testPairListenSend(t *testing.T, mode pairtest.Mode) {
+	cr := pairtest.NewContractMode(t, mode, pairtest.NewClock(), time.Hour)
 	dir := t.TempDir()
 	phoneFile, laptopFile := filepath.Join(dir, "phone.json"), filepath.Join(dir, "laptop.json")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -109,5 +111,11 @@ func TestPairListenSend(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x.json")); err == nil {
 		t.Errorf("a refused pairing wrote a file")
+	}
+}
+
+func pairModes(t *testing.T, test func(*testing.T, pairtest.Mode)) {
+	for _, m := range pairtest.Modes() {
+		t.Run(string(m), func(t *testing.T) { test(t, m) })
 	}
 }

@@ -99,9 +99,11 @@ func (s *checkedStore) wasSaved(tok string) bool {
 // state callback never says unauthorized; each token the relay sees was
 // in the store before it was used; and the source renewed about every
 // 80 s (2 minutes less a third).
-func TestListenerOutlivesShortTokens(t *testing.T) {
+func TestListenerOutlivesShortTokens(t *testing.T) { forModes(t, testListenerOutlivesShortTokens) }
+
+func testListenerOutlivesShortTokens(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, 2*time.Minute)
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
 	store := &checkedStore{}
 	var st states
 	phone, src := paired(t, cr, "phone", store, client.WithWait(1), client.WithStateFunc(st.add))
@@ -177,7 +179,9 @@ func TestListenerOutlivesShortTokens(t *testing.T) {
 // left, not before; a 1-hour token 5 minutes before its end. Red when the
 // lead is always 5 minutes (the 2-minute token renews at once) or always a
 // third (the hour's token renews at 40 minutes).
-func TestRenewalTiming(t *testing.T) {
+func TestRenewalTiming(t *testing.T) { forModes(t, testRenewalTiming) }
+
+func testRenewalTiming(t *testing.T, mode pairtest.Mode) {
 	for _, tt := range []struct {
 		name       string
 		ttl, renew time.Duration
@@ -187,7 +191,7 @@ func TestRenewalTiming(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := pairtest.NewClock()
-			cr := pairtest.NewContract(t, clock, tt.ttl)
+			cr := pairtest.NewContractMode(t, mode, clock, tt.ttl)
 			c, _ := paired(t, cr, "phone", &client.MemoryStore{})
 			ctx := context.Background()
 			clock.Advance(tt.renew - time.Second)
@@ -214,9 +218,11 @@ func TestRenewalTiming(t *testing.T) {
 // due 80 s later, not at once again. Red when only the relay's exp is
 // used (every call renews) or when a call may renew more than once (the
 // first call never returns).
-func TestRenewalWithClockAhead(t *testing.T) {
+func TestRenewalWithClockAhead(t *testing.T) { forModes(t, testRenewalWithClockAhead) }
+
+func testRenewalWithClockAhead(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, 2*time.Minute)
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
 	store := &client.MemoryStore{}
 	if _, err := client.Pair(context.Background(), cr.URL, cr.Invite("phone"), client.PairOptions{Store: store}); err != nil {
 		t.Fatal(err)
@@ -248,9 +254,11 @@ func TestRenewalWithClockAhead(t *testing.T) {
 // TestRenewOn401: credentials whose access token the relay refuses,
 // though its expiry is far away, are renewed on the 401 and the call is
 // made again once: the app sees success. Red without the retry in do.
-func TestRenewOn401(t *testing.T) {
+func TestRenewOn401(t *testing.T) { forModes(t, testRenewOn401) }
+
+func testRenewOn401(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, time.Hour)
+	cr := pairtest.NewContractMode(t, mode, clock, time.Hour)
 	store := &client.MemoryStore{}
 	if _, err := client.Pair(context.Background(), cr.URL, cr.Invite("phone"), client.PairOptions{Store: store}); err != nil {
 		t.Fatal(err)
@@ -276,9 +284,11 @@ func TestRenewOn401(t *testing.T) {
 // until a second one arrives or 2 s pass, so that without the guard (each
 // call renewing) a second one does arrive: red, 8 renewals (or 2 and
 // refusals, from reuse detection).
-func TestRenewSingleFlight(t *testing.T) {
+func TestRenewSingleFlight(t *testing.T) { forModes(t, testRenewSingleFlight) }
+
+func testRenewSingleFlight(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, 2*time.Minute)
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
 	c, src := paired(t, cr, "phone", &client.MemoryStore{})
 	if _, err := c.Register(context.Background()); err != nil {
 		t.Fatal(err)
@@ -322,9 +332,11 @@ func TestRenewSingleFlight(t *testing.T) {
 // its listener reports unauthorized through the callback and stops with
 // ErrUnauthorized. Red when a refused renewal is treated as passing (the
 // listener retries forever, the test times out on its state).
-func TestReplayedRenewalSecretRevokes(t *testing.T) {
+func TestReplayedRenewalSecretRevokes(t *testing.T) { forModes(t, testReplayedRenewalSecretRevokes) }
+
+func testReplayedRenewalSecretRevokes(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, 2*time.Minute)
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
 	store := &client.MemoryStore{}
 	var st states
 	unauth := make(chan struct{}, 10)
@@ -374,9 +386,11 @@ func TestReplayedRenewalSecretRevokes(t *testing.T) {
 // the relay never sees the unsaved one, and once the old token has
 // expired the call fails with the store's error. Red when the source
 // takes the new set before saving it.
-func TestSaveBeforeUse(t *testing.T) {
+func TestSaveBeforeUse(t *testing.T) { forModes(t, testSaveBeforeUse) }
+
+func testSaveBeforeUse(t *testing.T, mode pairtest.Mode) {
 	clock := pairtest.NewClock()
-	cr := pairtest.NewContract(t, clock, 2*time.Minute)
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
 	store := &checkedStore{}
 	c, src := paired(t, cr, "phone", store)
 	before := src.Credentials()
@@ -406,8 +420,10 @@ func TestSaveBeforeUse(t *testing.T) {
 }
 
 // TestPairRefused: a wrong code is the relay's 401 and nothing is saved.
-func TestPairRefused(t *testing.T) {
-	cr := pairtest.NewContract(t, pairtest.NewClock(), time.Hour)
+func TestPairRefused(t *testing.T) { forModes(t, testPairRefused) }
+
+func testPairRefused(t *testing.T, mode pairtest.Mode) {
+	cr := pairtest.NewContractMode(t, mode, pairtest.NewClock(), time.Hour)
 	store := &client.MemoryStore{}
 	_, err := client.Pair(context.Background(), cr.URL, "WRONG-CODE0", client.PairOptions{Store: store})
 	var e *client.Error
@@ -494,5 +510,14 @@ func TestFileStore(t *testing.T) {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("file lacks %s:\n%s", key, b)
 		}
+	}
+}
+
+// forModes runs test once with pair and renew answered by the test's own
+// server (the contract as written) and, when the relay has pairing, once
+// by the relay's own endpoints.
+func forModes(t *testing.T, test func(*testing.T, pairtest.Mode)) {
+	for _, m := range pairtest.Modes() {
+		t.Run(string(m), func(t *testing.T) { test(t, m) })
 	}
 }

@@ -5,12 +5,14 @@
 package pairtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -55,7 +57,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // StartRelay starts a relay on SQLite whose clock is clock: it
 // judges tokens' expiry by it.
-func StartRelay(t *testing.T, clock *Clock) (string, ed25519.PrivateKey) {
+func StartRelay(t *testing.T, clock *Clock, mutate func(*relay.Config, ed25519.PrivateKey)) (string, ed25519.PrivateKey) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -65,6 +67,9 @@ func StartRelay(t *testing.T, clock *Clock) (string, ed25519.PrivateKey) {
 	config.Default().CopyTo(&cfg)
 	cfg.IssuerKeys = []ed25519.PublicKey{pub}
 	cfg.HouseholdSendRate, cfg.HouseholdSendBurst = cfg.SendRate, cfg.SendBurst
+	if mutate != nil {
+		mutate(&cfg, key)
+	}
 	db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
 	if err != nil {
 		t.Fatal(err)
@@ -101,10 +106,12 @@ func StartRelay(t *testing.T, clock *Clock) (string, ed25519.PrivateKey) {
 // detection with its 30 s grace) and passes every other request through.
 // It counts what the clients did.
 type Contract struct {
-	URL   string
-	Clock *Clock
-	key   ed25519.PrivateKey
-	ttl   time.Duration // access tokens' life
+	URL      string
+	Clock    *Clock
+	mode     Mode
+	relayURL string
+	key      ed25519.PrivateKey
+	ttl      time.Duration // access tokens' life
 
 	// Renewed receives a value when a renewal arrives (when not full).
 	Renewed chan struct{}
@@ -131,19 +138,52 @@ type secret struct {
 // Household is the household of every device.
 const Household = "home"
 
-// NewContract starts a relay on clock and the contract's server in
-// front of it; pair and renew mint access tokens of life ttl.
+// Mode says who answers pair and renew.
+type Mode string
+
+const (
+	// Own: the test's own server, as the contract says.
+	Own Mode = "own"
+	// Real: the relay's own endpoints; the test's server in front only
+	// counts and holds renewals and passes them through.
+	Real Mode = "relay"
+)
+
+// Modes are the modes the relay of this checkout can run.
+func Modes() []Mode {
+	if enablePairing == nil {
+		return []Mode{Own}
+	}
+	return []Mode{Own, Real}
+}
+
+// enablePairing turns the relay's own pairing on with access tokens of
+// life ttl; nil while the relay has none.
+var enablePairing func(cfg *relay.Config, key ed25519.PrivateKey, ttl time.Duration)
+
+// NewContract starts a relay on clock and the test's server in front of
+// it, answering pair and renew itself with access tokens of life ttl.
 func NewContract(t *testing.T, clock *Clock, ttl time.Duration) *Contract {
+	return NewContractMode(t, Own, clock, ttl)
+}
+
+// NewContractMode is NewContract with pair and renew answered as mode
+// says.
+func NewContractMode(t *testing.T, mode Mode, clock *Clock, ttl time.Duration) *Contract {
 	t.Helper()
-	relayURL, key := StartRelay(t, clock)
+	var mutate func(*relay.Config, ed25519.PrivateKey)
+	if mode == Real {
+		mutate = func(cfg *relay.Config, key ed25519.PrivateKey) { enablePairing(cfg, key, ttl) }
+	}
+	relayURL, key := StartRelay(t, clock, mutate)
 	target, err := url.Parse(relayURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr := &Contract{Clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, Renewed: make(chan struct{}, 1000)}
+	cr := &Contract{mode: mode, relayURL: relayURL, Clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, Renewed: make(chan struct{}, 1000)}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
-		if resp.StatusCode == http.StatusUnauthorized {
+		if p := resp.Request.URL.Path; resp.StatusCode == http.StatusUnauthorized && p != "/v1/pair" && p != "/v1/renew" {
 			cr.Mu.Lock()
 			cr.refused++
 			cr.Mu.Unlock()
@@ -151,8 +191,16 @@ func NewContract(t *testing.T, clock *Clock, ttl time.Duration) *Contract {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/pair", cr.pair)
-	mux.HandleFunc("POST /v1/renew", cr.renew)
+	if mode == Real {
+		mux.HandleFunc("POST /v1/pair", proxy.ServeHTTP)
+		mux.HandleFunc("POST /v1/renew", func(w http.ResponseWriter, r *http.Request) {
+			cr.arrived()
+			proxy.ServeHTTP(w, r)
+		})
+	} else {
+		mux.HandleFunc("POST /v1/pair", cr.pair)
+		mux.HandleFunc("POST /v1/renew", cr.renew)
+	}
 	cr.control(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		cr.Mu.Lock()
@@ -166,8 +214,28 @@ func NewContract(t *testing.T, clock *Clock, ttl time.Duration) *Contract {
 	return cr
 }
 
-// Invite makes a one-time code for device.
+// arrived counts a renewal and, when a hold is set, waits for it.
+func (cr *Contract) arrived() {
+	cr.Mu.Lock()
+	cr.renewals++
+	cr.RenewedAt = append(cr.RenewedAt, cr.Clock.Now())
+	hold := cr.Hold
+	cr.Mu.Unlock()
+	select {
+	case cr.Renewed <- struct{}{}:
+	default: // nobody is counting
+	}
+	if hold != nil {
+		<-hold
+	}
+}
+
+// Invite makes a one-time code for device: in Real mode, the relay's
+// (POST /v1/invitations with an admin token).
 func (cr *Contract) Invite(device string) string {
+	if cr.mode == Real {
+		return cr.relayInvite(device)
+	}
 	b := make([]byte, 8)
 	rand.Read(b)
 	code := base64.RawURLEncoding.EncodeToString(b)
@@ -244,18 +312,7 @@ func (cr *Contract) renew(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
 		return
 	}
-	cr.Mu.Lock()
-	cr.renewals++
-	cr.RenewedAt = append(cr.RenewedAt, cr.Clock.Now())
-	hold := cr.Hold
-	cr.Mu.Unlock()
-	select {
-	case cr.Renewed <- struct{}{}:
-	default: // nobody is counting
-	}
-	if hold != nil {
-		<-hold
-	}
+	cr.arrived()
 	cr.Mu.Lock()
 	defer cr.Mu.Unlock()
 	now := cr.Clock.Now()
@@ -333,4 +390,32 @@ func (cr *Contract) control(mux *http.ServeMux) {
 		}()
 		reply(w, true)
 	})
+}
+
+// relayInvite asks the relay for an invitation as an admin device would.
+func (cr *Contract) relayInvite(device string) string {
+	now := cr.Clock.Now()
+	admin, err := token.Mint(cr.key, token.Claims{Household: Household, Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		panic(err)
+	}
+	body, _ := json.Marshal(map[string]string{"device": device})
+	req, err := http.NewRequest(http.MethodPost, cr.relayURL+"/v1/invitations", bytes.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+admin)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Code string `json:"code"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated || out.Code == "" {
+		panic(fmt.Sprintf("POST /v1/invitations: %d %v", resp.StatusCode, err))
+	}
+	return out.Code
 }
