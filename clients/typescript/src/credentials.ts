@@ -3,7 +3,8 @@
 // the app provides before they are used (docs/PROTOCOL.md, pairing).
 import { decodeBase64, encodeBase64 } from "./base64.js";
 import { answerError, readAnswer } from "./client.js";
-import { NoAnswerError, RelayError } from "./errors.js";
+import { timerMs } from "./backoff.js";
+import { NoAnswerError, RelayError, abortError } from "./errors.js";
 
 /** Gives the client the bearer token of each request. */
 export interface CredentialSource {
@@ -319,21 +320,29 @@ function decodeBase64URL(s: string): Uint8Array {
 
 /** POSTs in as JSON; resolves to a 200's JSON, rejects with RelayError or NoAnswerError. */
 async function postJSON<T>(fetchFn: typeof fetch, url: string, body: unknown, timeoutMs: number, signal: AbortSignal | undefined): Promise<T> {
-  const timeout = AbortSignal.timeout(timeoutMs);
-  const s = signal ? AbortSignal.any([signal, timeout]) : timeout;
-  let resp: Response;
-  let text: string;
+  if (signal?.aborted) throw abortError(signal);
+  const ctl = new AbortController();
+  const onAbort = () => ctl.abort(signal?.reason);
+  signal?.addEventListener("abort", onAbort, { once: true });
+  const timer = setTimeout(() => ctl.abort(), timerMs(timeoutMs));
   try {
-    resp = await fetchFn(url, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body), signal: s, redirect: "error" });
-    text = await readAnswer(resp);
-  } catch (e) {
-    if (signal?.aborted) throw e;
-    throw new NoAnswerError(`POST ${url}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-  }
-  if (resp.status !== 200) throw answerError(resp, text);
-  try {
-    return JSON.parse(text) as T;
-  } catch (e) {
-    throw new NoAnswerError(`POST ${url}: the answer is not JSON: ${text.slice(0, 100)}`, { cause: e });
+    let resp: Response;
+    let text: string;
+    try {
+      resp = await fetchFn(url, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body), signal: ctl.signal, redirect: "error" });
+      text = await readAnswer(resp);
+    } catch (e) {
+      if (signal?.aborted) throw abortError(signal);
+      throw new NoAnswerError(`POST ${url}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    }
+    if (resp.status !== 200) throw answerError(resp, text);
+    try {
+      return JSON.parse(text) as T;
+    } catch (e) {
+      throw new NoAnswerError(`POST ${url}: the answer is not JSON: ${text.slice(0, 100)}`, { cause: e });
+    }
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
   }
 }
