@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -432,6 +434,28 @@ func testPairRefused(t *testing.T, mode pairtest.Mode) {
 	}
 	if _, err := store.Load(context.Background()); !errors.Is(err, client.ErrNoCredentials) {
 		t.Fatalf("store after a refusal: %v", err)
+	}
+}
+
+// TestPairWithIdentityKey: the identity key given to Pair reaches the
+// relay, which shows it to the inviting admin.
+func TestPairWithIdentityKey(t *testing.T) { forModes(t, testPairWithIdentityKey) }
+
+func testPairWithIdentityKey(t *testing.T, mode pairtest.Mode) {
+	cr := pairtest.NewContractMode(t, mode, pairtest.NewClock(), time.Hour)
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Pair(context.Background(), cr.URL, cr.Invite("watch"), client.PairOptions{IdentityKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device != "watch" || c.Household != pairtest.Household || c.URL != cr.URL {
+		t.Fatalf("paired as %+v", c)
+	}
+	if got, want := cr.IdentityKey("watch"), base64.StdEncoding.EncodeToString(pub); got != want {
+		t.Fatalf("the relay holds identity key %q, want %q", got, want)
 	}
 }
 

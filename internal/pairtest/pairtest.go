@@ -119,6 +119,7 @@ type Contract struct {
 	// Mu guards what follows.
 	Mu        sync.Mutex
 	codes     map[string]string // code -> device
+	keys      map[string]string // device -> identity key given when pairing
 	secrets   map[[32]byte]*secret
 	renewals  int
 	RenewedAt []time.Time   // the clock's time of each renewal
@@ -180,7 +181,7 @@ func NewContractMode(t *testing.T, mode Mode, clock *Clock, ttl time.Duration) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr := &Contract{mode: mode, relayURL: relayURL, Clock: clock, key: key, ttl: ttl, codes: map[string]string{}, secrets: map[[32]byte]*secret{}, Renewed: make(chan struct{}, 1000)}
+	cr := &Contract{mode: mode, relayURL: relayURL, Clock: clock, key: key, ttl: ttl, codes: map[string]string{}, keys: map[string]string{}, secrets: map[[32]byte]*secret{}, Renewed: make(chan struct{}, 1000)}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.ModifyResponse = func(resp *http.Response) error {
 		if p := resp.Request.URL.Path; resp.StatusCode == http.StatusUnauthorized && p != "/v1/pair" && p != "/v1/renew" {
@@ -287,7 +288,8 @@ func (cr *Contract) issue(w http.ResponseWriter, device string) *secret {
 
 func (cr *Contract) pair(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Code string `json:"code"`
+		Code        string `json:"code"`
+		IdentityKey string `json:"identity_key"`
 	}
 	if json.NewDecoder(r.Body).Decode(&req) != nil {
 		http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
@@ -301,6 +303,7 @@ func (cr *Contract) pair(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	delete(cr.codes, req.Code)
+	cr.keys[device] = req.IdentityKey
 	cr.issue(w, device)
 }
 
@@ -366,6 +369,9 @@ func (cr *Contract) control(mux *http.ServeMux) {
 		secs, _ := strconv.Atoi(r.URL.Query().Get("secs"))
 		reply(w, cr.Mint(r.URL.Query().Get("device"), time.Duration(secs)*time.Second))
 	})
+	mux.HandleFunc("GET /_test/identity", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, cr.IdentityKey(r.URL.Query().Get("device")))
+	})
 	mux.HandleFunc("GET /_test/counts", func(w http.ResponseWriter, r *http.Request) {
 		renewals, refused := cr.Counts()
 		reply(w, map[string]int{"renewals": renewals, "refused": refused})
@@ -392,19 +398,59 @@ func (cr *Contract) control(mux *http.ServeMux) {
 	})
 }
 
-// relayInvite asks the relay for an invitation as an admin device would.
-func (cr *Contract) relayInvite(device string) string {
-	now := cr.Clock.Now()
-	admin, err := token.Mint(cr.key, token.Claims{Household: Household, Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
+// IdentityKey is the identity key (base64) device gave when it paired:
+// in Real mode, as the relay's GET /v1/invitations lists it.
+func (cr *Contract) IdentityKey(device string) string {
+	if cr.mode != Real {
+		cr.Mu.Lock()
+		defer cr.Mu.Unlock()
+		return cr.keys[device]
+	}
+	req, err := http.NewRequest(http.MethodGet, cr.relayURL+"/v1/invitations", nil)
 	if err != nil {
 		panic(err)
 	}
+	req.Header.Set("Authorization", "Bearer "+cr.admin())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Invitations []struct {
+			Device      string  `json:"device"`
+			IdentityKey *string `json:"identity_key"`
+		} `json:"invitations"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		panic(fmt.Sprintf("GET /v1/invitations: %d %v", resp.StatusCode, err))
+	}
+	for _, inv := range out.Invitations {
+		if inv.Device == device && inv.IdentityKey != nil {
+			return *inv.IdentityKey
+		}
+	}
+	return ""
+}
+
+// admin is an admin token of Household.
+func (cr *Contract) admin() string {
+	now := cr.Clock.Now()
+	tok, err := token.Mint(cr.key, token.Claims{Household: Household, Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		panic(err)
+	}
+	return tok
+}
+
+// relayInvite asks the relay for an invitation as an admin device would.
+func (cr *Contract) relayInvite(device string) string {
 	body, _ := json.Marshal(map[string]string{"device": device})
 	req, err := http.NewRequest(http.MethodPost, cr.relayURL+"/v1/invitations", bytes.NewReader(body))
 	if err != nil {
 		panic(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+admin)
+	req.Header.Set("Authorization", "Bearer "+cr.admin())
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -204,6 +204,13 @@ test("pair with a wrong code is the relay's 401 and saves nothing", async () => 
   assert.equal(await store.load(), undefined);
 });
 
+test("pair sends the identity key, which the relay shows the inviting admin", async () => {
+  const key = crypto.getRandomValues(new Uint8Array(32));
+  const c = await pair(URL_, await control<string>("POST", "invite?device=watch"), { identityKey: key });
+  assert.equal(c.device, "watch");
+  assert.equal(await control<string>("GET", "identity?device=watch"), Buffer.from(key).toString("base64"));
+});
+
 test("the localStorage store keeps the credentials as JSON under its key", async () => {
   const m = new Map<string, string>();
   const storage = { getItem: (k: string) => m.get(k) ?? null, setItem: (k: string, v: string) => void m.set(k, v) };
