@@ -28,7 +28,8 @@ type CredentialSource interface {
 
 // ErrUnauthorized is what a call's error wraps when the device's
 // credentials are refused and no renewal can help: the device must be
-// paired again (or given a new token).
+// paired again (or given a new token). When the relay refused the call's
+// token, the error is also that answer's *Error (Status 401).
 var ErrUnauthorized = errors.New("client: credentials refused")
 
 // StaticToken is a fixed token, as New uses: a 401 is final.

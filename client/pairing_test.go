@@ -383,6 +383,34 @@ func testReplayedRenewalSecretRevokes(t *testing.T, mode pairtest.Mode) {
 	}
 }
 
+// TestRemovedDeviceUnauthorized: once an admin removes a paired device,
+// its renewal is refused and the app hears unauthorized: its access
+// token, issued before the removal, is refused too, so the first call
+// after the removal renews, is refused, and fails with ErrUnauthorized.
+func TestRemovedDeviceUnauthorized(t *testing.T) { forModes(t, testRemovedDeviceUnauthorized) }
+
+func testRemovedDeviceUnauthorized(t *testing.T, mode pairtest.Mode) {
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContractMode(t, mode, clock, 2*time.Minute)
+	var st states
+	phone, _ := paired(t, cr, "phone", &client.MemoryStore{}, client.WithStateFunc(st.add))
+	ctx := context.Background()
+	if _, err := phone.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second) // the removal comes after the token's iat
+	if err := cr.Remove("phone"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if _, err := phone.Register(ctx); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("Register after the removal: %v, want ErrUnauthorized", err)
+	}
+	if k := st.kinds(); k[len(k)-1] != client.StateUnauthorized {
+		t.Fatalf("states %v", k)
+	}
+}
+
 // TestSaveBeforeUse: when the store cannot save a renewed set, the
 // source does not take it: the token that still works is used meanwhile,
 // the relay never sees the unsaved one, and once the old token has
@@ -460,14 +488,15 @@ func testPairWithIdentityKey(t *testing.T, mode pairtest.Mode) {
 }
 
 // TestStaticTokenUnauthorized: a fixed token the relay refuses is the
-// relay's 401, at once, and the unauthorized state.
+// relay's 401 (a *Error that is also ErrUnauthorized), at once, and the
+// unauthorized state.
 func TestStaticTokenUnauthorized(t *testing.T) {
 	var st states
 	c := newClient(t, relayURL, "not-a-token", client.WithStateFunc(st.add))
 	_, err := c.Register(context.Background())
 	var e *client.Error
-	if !errors.As(err, &e) || e.Status != 401 {
-		t.Fatalf("Register: %v, want the relay's 401", err)
+	if !errors.As(err, &e) || e.Status != 401 || !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("Register: %v, want the relay's 401, ErrUnauthorized", err)
 	}
 	if k := st.kinds(); !slices.Equal(k, []client.StateKind{client.StateUnauthorized}) {
 		t.Fatalf("states %v", k)

@@ -89,13 +89,15 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 		switch {
 		case errors.Is(rerr, ErrUnauthorized):
 			c.state(State{Kind: StateUnauthorized, Err: err})
-			return err // the relay's 401, which retrying cannot fix
+			// The relay's 401, which retrying cannot fix, and why.
+			return &refusedError{relay: e, why: rerr}
 		case rerr != nil:
 			return rerr // renewing failed for a passing reason: retry later
 		}
 		err = c.doWith(ctx, fresh, timeout, method, path, in, want, out)
 		if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
 			c.state(State{Kind: StateUnauthorized, Err: err})
+			return &refusedError{relay: e, why: ErrUnauthorized}
 		}
 	}
 	if err == nil {
@@ -103,3 +105,14 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 	}
 	return err
 }
+
+// refusedError is the relay's 401 after the credential source could not
+// help: it reads as the relay's answer and is both a *Error (errors.As)
+// and ErrUnauthorized (errors.Is).
+type refusedError struct {
+	relay *Error
+	why   error
+}
+
+func (e *refusedError) Error() string   { return e.relay.Error() }
+func (e *refusedError) Unwrap() []error { return []error{e.relay, e.why} }

@@ -28,8 +28,8 @@ func TestTypeScriptPairing(t *testing.T) {
 			if err != nil {
 				t.Fatalf("node --test: %v\n%s", err, out)
 			}
-			if !regexp.MustCompile(`(?m)^# pass 11$`).Match(out) || !regexp.MustCompile(`(?m)^# fail 0$`).Match(out) {
-				t.Fatalf("want 11 tests passed:\n%s", out)
+			if !regexp.MustCompile(`(?m)^# pass 12$`).Match(out) || !regexp.MustCompile(`(?m)^# fail 0$`).Match(out) {
+				t.Fatalf("want 12 tests passed:\n%s", out)
 			}
 		})
 	}

@@ -201,6 +201,18 @@ func NewContractMode(t *testing.T, mode Mode, clock *Clock, ttl time.Duration) *
 	} else {
 		mux.HandleFunc("POST /v1/pair", cr.pair)
 		mux.HandleFunc("POST /v1/renew", cr.renew)
+		// A removal revokes the device's renewal secrets, as the
+		// contract says, then goes to the relay.
+		mux.HandleFunc("DELETE /v1/devices/{device}", func(w http.ResponseWriter, r *http.Request) {
+			cr.Mu.Lock()
+			for _, s := range cr.secrets {
+				if s.device == r.PathValue("device") {
+					s.revoked = true
+				}
+			}
+			cr.Mu.Unlock()
+			proxy.ServeHTTP(w, r)
+		})
 	}
 	cr.control(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -372,6 +384,13 @@ func (cr *Contract) control(mux *http.ServeMux) {
 	mux.HandleFunc("GET /_test/identity", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, cr.IdentityKey(r.URL.Query().Get("device")))
 	})
+	mux.HandleFunc("POST /_test/remove", func(w http.ResponseWriter, r *http.Request) {
+		if err := cr.Remove(r.URL.Query().Get("device")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		reply(w, true)
+	})
 	mux.HandleFunc("GET /_test/counts", func(w http.ResponseWriter, r *http.Request) {
 		renewals, refused := cr.Counts()
 		reply(w, map[string]int{"renewals": renewals, "refused": refused})
@@ -431,6 +450,25 @@ func (cr *Contract) IdentityKey(device string) string {
 		}
 	}
 	return ""
+}
+
+// Remove removes device as an admin device would (DELETE
+// /v1/devices/{device}).
+func (cr *Contract) Remove(device string) error {
+	req, err := http.NewRequest(http.MethodDelete, cr.URL+"/v1/devices/"+device, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+cr.admin())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("DELETE /v1/devices/%s: %s", device, resp.Status)
+	}
+	return nil
 }
 
 // admin is an admin token of Household.

@@ -19,13 +19,15 @@ export interface CredentialSource {
 }
 
 /**
- * The device's credentials are refused and cannot be renewed: it must be
- * paired again (or given a new token). `cause` is the relay's refusal.
+ * The device's renewal was refused: it must be paired again. It is a
+ * RelayError of status 401, as the relay's refusal of a token is, so that
+ * `e instanceof RelayError && e.status === 401` is the one test an app
+ * needs; `cause` is the relay's answer to the renewal.
  */
-export class UnauthorizedError extends Error {
-  override readonly name = "UnauthorizedError";
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+export class UnauthorizedError extends RelayError {
+  constructor(message: string, cause?: unknown) {
+    super(401, { error: "unauthorized", message }, undefined);
+    if (cause !== undefined) Object.defineProperty(this, "cause", { value: cause });
   }
 }
 
@@ -36,7 +38,7 @@ export class FixedToken implements CredentialSource {
     return this.value;
   }
   async refused(): Promise<string> {
-    throw new UnauthorizedError("relay client: the token is refused");
+    throw new UnauthorizedError("the token is refused");
   }
 }
 
@@ -219,7 +221,7 @@ export class RenewingCredentials implements CredentialSource {
         renewed = true;
       } catch (e) {
         if (e instanceof RelayError && !e.temporary) {
-          this.finalError = new UnauthorizedError(`relay client: renewal refused: ${e.message}`, { cause: e });
+          this.finalError = new UnauthorizedError(`renewal refused: ${e.message}`, e);
         } else if (signal?.aborted) {
           throw e; // this caller gave up; a waiter with time left renews
         } else {

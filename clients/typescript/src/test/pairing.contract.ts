@@ -176,6 +176,22 @@ test("a replayed renewal secret is refused, and the first client reports unautho
   assert.equal(st.kinds().at(-1), "unauthorized");
 });
 
+test("a removed device's calls are refused with 401 and it reports unauthorized", async () => {
+  await start();
+  const st = states();
+  const { client } = await paired("phone7", { onState: st.on });
+  await client.register();
+  await advance(1_000); // the removal comes after the token's iat
+  await control("POST", "remove?device=phone7");
+  await advance(1_000);
+  await assert.rejects(client.register(), (e: unknown) => e instanceof RelayError && e.status === 401);
+  assert.equal(st.kinds().at(-1), "unauthorized");
+  // Refused for good: the next call fails at once, without asking the relay.
+  const c = await since();
+  await assert.rejects(client.register(), UnauthorizedError);
+  assert.deepEqual(await since(), c);
+});
+
 test("a set the store cannot save is not used", async () => {
   await start();
   let fail = false;
