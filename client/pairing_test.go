@@ -567,8 +567,7 @@ func TestFileStore(t *testing.T) {
 }
 
 // forModes runs test once with pair and renew answered by the test's own
-// server (the contract as written) and, when the relay has pairing, once
-// by the relay's own endpoints.
+// server (the contract as written) and once by the relay's own endpoints.
 func forModes(t *testing.T, test func(*testing.T, pairtest.Mode)) {
 	for _, m := range pairtest.Modes() {
 		t.Run(string(m), func(t *testing.T) { test(t, m) })

@@ -12,8 +12,8 @@ import (
 // TestTypeScriptPairing runs the TypeScript client's pairing and renewal
 // tests (typescript/src/test/pairing.contract.ts) against a real relay on
 // a fake clock behind the pairing contract's test server, 2-minute access
-// tokens, pair and renew answered by the test's server and (when the
-// relay has pairing) by the relay's own endpoints: the test's Node process moves the relay's clock and its own
+// tokens, pair and renew answered by the test's server and by the
+// relay's own endpoints: the test's Node process moves the relay's clock and its own
 // together, so ten minutes of tokens take seconds.
 func TestTypeScriptPairing(t *testing.T) {
 	buildTypeScript(t)

@@ -150,17 +150,17 @@ const (
 	Real Mode = "relay"
 )
 
-// Modes are the modes the relay of this checkout can run.
-func Modes() []Mode {
-	if enablePairing == nil {
-		return []Mode{Own}
-	}
-	return []Mode{Own, Real}
-}
+// Modes are both modes.
+func Modes() []Mode { return []Mode{Own, Real} }
 
-// enablePairing turns the relay's own pairing on with access tokens of
-// life ttl; nil while the relay has none.
-var enablePairing func(cfg *relay.Config, key ed25519.PrivateKey, ttl time.Duration)
+// enablePairing turns the relay's own pairing on (it holds the issuer's
+// private key) with access tokens of life ttl.
+func enablePairing(cfg *relay.Config, key ed25519.PrivateKey, ttl time.Duration) {
+	cfg.IssuerKey = key
+	cfg.AccessTokenTTL = ttl
+	// Tests pair and renew far more often than a household does.
+	cfg.PairRatePerAddress, cfg.PairRate = 1_000_000, 1_000_000
+}
 
 // NewContract starts a relay on clock and the test's server in front of
 // it, answering pair and renew itself with access tokens of life ttl.
