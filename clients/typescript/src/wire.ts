@@ -73,6 +73,8 @@ export interface AckRequest {
 /** One device of the directory (schema Device). */
 export interface Device {
   device: string;
+  /** The kind of the device's push target; "none" without one. */
+  push_kind: "none" | "unifiedpush" | "apns" | "fcm";
   /** Standard base64 of the registered Ed25519 public key; null without one. */
   identity_key: string | null;
   /** Standard base64 of its X25519 form; null without one. */
