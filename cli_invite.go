@@ -16,6 +16,7 @@ import (
 	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/seal"
 	"github.com/flamenet/relay/token"
 )
 
@@ -28,6 +29,7 @@ const inviteSubject = "relay-cli"
 const inviteTokenLife = 60 * time.Second
 
 const inviteUsage = `usage: relay invite -device DEVICE [-household HOME] [-scope device|admin] [-url URL] [-issuer-key-file FILE]
+       relay invite -list [-household HOME] [-url URL] [-issuer-key-file FILE]
 
 Asks the relay for a single-use invitation code for DEVICE (POST
 /v1/invitations) with a 60-second admin token minted with the issuer
@@ -35,6 +37,10 @@ private key (read as relay token reads it), and prints the code, the
 pairing link, its expiry and the link as a QR code. On the device:
 relay pair -url URL -code CODE -store FILE, or open the link. Only a relay
 that mints its own tokens (FN_ISSUER_KEYS empty) pairs devices.
+
+-list prints the household's pending invitations and those redeemed in the
+last day, each with the fingerprint of the key the device paired with
+(relay pair -identity prints the same digits on the device: compare them).
 
 flags:`
 
@@ -57,12 +63,16 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 	url := fs.String("url", "http://127.0.0.1:8080", "relay base URL (env FN_RELAY_URL)")
 	keyFile := fs.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
 	fs.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file")
+	list := fs.Bool("list", false, "list the household's invitations, with the fingerprint of each paired device's key")
 	if err := parseFlags(fs, args, getenv, inviteUsage, stdout, stderr); err != nil {
 		return err
 	}
 	switch {
 	case fs.NArg() > 0:
 		return usageErr("invite: unexpected argument %q", fs.Arg(0))
+	case *list && *device != "":
+		return usageErr("invite: -list lists every device's; give no -device")
+	case *list:
 	case *device == "":
 		return usageErr("invite: -device is required")
 	case *scope != token.ScopeDevice && *scope != token.ScopeAdmin:
@@ -77,6 +87,12 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	base := strings.TrimRight(*url, "/")
+	if *list {
+		if err := listInvitations(ctx, stdout, base, tok); err != nil {
+			return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
+		}
+		return nil
+	}
 	inv, err := requestInvitation(ctx, base, tok, *device, *scope)
 	if err != nil {
 		return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
@@ -149,5 +165,59 @@ func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) 
 	fmt.Fprintf(w, "  code:     %s\n  link:     %s\n  expires:  %s\n\n", inv.Code, inv.URL, expiry)
 	fmt.Fprint(w, q.ToSmallString(false))
 	fmt.Fprintf(w, "\nOn the device, open the link, or run:\n\n  relay pair -url %s -code %s -store %s.json\n", base, inv.Code, inv.Device)
+	return nil
+}
+
+// listInvitations prints GET /v1/invitations, a line each: the device, its
+// scope, pending (until when) or paired (when), and the fingerprint of the
+// key it paired with.
+func listInvitations(ctx context.Context, w io.Writer, base, tok string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/invitations", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Message string }
+		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
+		return fmt.Errorf("%s %s", resp.Status, e.Message)
+	}
+	var ans struct {
+		Invitations []struct {
+			Device      string  `json:"device"`
+			Scope       string  `json:"scope"`
+			ExpiresAt   string  `json:"expires_at"`
+			RedeemedAt  *string `json:"redeemed_at"`
+			IdentityKey []byte  `json:"identity_key"`
+		} `json:"invitations"`
+	}
+	if err := json.Unmarshal(b, &ans); err != nil {
+		return fmt.Errorf("the answer is not a list of invitations: %w", err)
+	}
+	if len(ans.Invitations) == 0 {
+		fmt.Fprintln(w, "no invitations pending or redeemed in the last day")
+	}
+	for _, inv := range ans.Invitations {
+		state := "pending until " + inv.ExpiresAt
+		if inv.RedeemedAt != nil {
+			state = "paired at " + *inv.RedeemedAt
+		}
+		fp := "no key"
+		if len(inv.IdentityKey) == ed25519.PublicKeySize {
+			fp = "fingerprint " + seal.Fingerprint(inv.IdentityKey)
+		}
+		fmt.Fprintf(w, "%s (%s): %s; %s\n", inv.Device, inv.Scope, state, fp)
+	}
 	return nil
 }

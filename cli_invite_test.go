@@ -140,3 +140,48 @@ func TestInviteToken(t *testing.T) {
 		t.Errorf("claims %+v", c)
 	}
 }
+
+// TestPairFingerprintReachesTheInviter: the device pairs with its identity
+// (relay pair -identity) and prints its key's fingerprint; the inviting
+// admin's relay invite -list shows the same digits beside the device, so
+// the two can compare them, and a device invited but not yet paired shows
+// as pending, without a key.
+func TestPairFingerprintReachesTheInviter(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	p := start(t, map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": keyFile,
+	})
+	base := "http://" + p.addr
+	invite := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), append([]string{"invite", "-url", base, "-issuer-key-file", keyFile}, args...), noEnv, &stdout, &stderr); err != nil {
+			t.Fatalf("invite %v: %v\n%s", args, err, stderr.String())
+		}
+		return stdout.String()
+	}
+	code := regexp.MustCompile(`(?m)^  code: +(\S+)$`).FindStringSubmatch(invite("-device", "phone"))
+	invite("-device", "laptop")
+	if code == nil {
+		t.Fatal("no code printed")
+	}
+	var out bytes.Buffer
+	identity := filepath.Join(dir, "phone.identity")
+	if err := run(context.Background(), []string{"pair", "-url", base, "-code", code[1], "-store", filepath.Join(dir, "phone.json"), "-identity", identity}, noEnv, &out, &out); err != nil {
+		t.Fatalf("pair: %v\n%s", err, out.String())
+	}
+	fp := regexp.MustCompile(`(?m)^fingerprint: ((?:\d{5} ){5}\d{5})$`).FindStringSubmatch(out.String())
+	if fp == nil {
+		t.Fatalf("pair printed no fingerprint:\n%s", out.String())
+	}
+	listed := invite("-list")
+	if !regexp.MustCompile(`(?m)^phone \(device\): paired at \S+; fingerprint ` + fp[1] + `$`).MatchString(listed) {
+		t.Errorf("invite -list does not show phone with the fingerprint %s:\n%s", fp[1], listed)
+	}
+	if !regexp.MustCompile(`(?m)^laptop \(device\): pending until \S+; no key$`).MatchString(listed) {
+		t.Errorf("invite -list does not show laptop pending:\n%s", listed)
+	}
+}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/seal"
 )
 
-const pairUsage = `usage: relay pair -url URL -code CODE -store FILE
+const pairUsage = `usage: relay pair -url URL -code CODE -store FILE [-identity FILE]
 
 Redeems an invitation's code at the relay (no token needed) and writes the
 device's credentials to FILE (JSON, readable by its owner only). relay
@@ -27,6 +28,7 @@ func pairCmd(ctx context.Context, args []string, getenv func(string) string, std
 	url := fs.String("url", defaultRelayURL, "relay base URL (env FN_RELAY_URL)")
 	code := fs.String("code", "", "the invitation's code, as shown (ABCDE-FGHJK)")
 	store := fs.String("store", "", "write the credentials to this file")
+	identity := fs.String("identity", "", "publish this identity's key (a seed file, created 0600 when missing; relay send -seal's) and print its fingerprint, for the inviting admin to compare")
 	fs.SetOutput(io.Discard)
 	printUsage := func(w io.Writer) {
 		fmt.Fprintln(w, pairUsage)
@@ -57,12 +59,25 @@ func pairCmd(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	c, err := client.Pair(ctx, *url, *code, client.PairOptions{Store: client.FileStore(*store)})
+	opts := client.PairOptions{Store: client.FileStore(*store)}
+	var id *seal.Identity
+	if *identity != "" {
+		if id, _, err = seal.LoadOrCreateIdentity(*identity); err != nil {
+			return fmt.Errorf("pair: %w", err)
+		}
+		opts.IdentityKey = id.Public()
+	}
+	c, err := client.Pair(ctx, *url, *code, opts)
 	if err != nil {
 		return fmt.Errorf("pair: %w", err)
 	}
 	fmt.Fprintf(stdout, "paired as device %q of household %q (scope %s); credentials in %s, renewal secret valid until %s\n",
 		c.Device, c.Household, c.Scope, *store, c.RenewalExpiresAt.UTC().Format(time.RFC3339))
+	if id != nil {
+		// The inviting admin sees the key the relay received (relay invite
+		// -list): the same digits mean no one swapped it on the way.
+		fmt.Fprintf(stdout, "fingerprint: %s\n", id.Fingerprint())
+	}
 	return nil
 }
 
