@@ -92,6 +92,12 @@ func (f *clientFlags) client(ctx context.Context, getenv func(string) string, op
 // parseFlags parses args; -h prints the usage on stdout and ends the
 // command with exit 0, a bad flag prints it on stderr and exits 2.
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, usage string, stdout, stderr io.Writer) error {
+	return parseFlagsEnv(fs, args, getenv, map[string]string{"url": "FN_RELAY_URL"}, usage, stdout, stderr) // FN_TOKEN comes after -token-file, in client
+}
+
+// parseFlagsEnv is parseFlags where env names the variable each flag
+// reads when not given.
+func parseFlagsEnv(fs *flag.FlagSet, args []string, getenv func(string) string, env map[string]string, usage string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	printUsage := func(w io.Writer) {
 		fmt.Fprintln(w, usage)
@@ -99,12 +105,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, usa
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	_, err := config.Parse(fs, args, getenv, func(flag string) string {
-		if flag == "url" {
-			return "FN_RELAY_URL"
-		}
-		return "" // FN_TOKEN comes after -token-file, in client
-	})
+	_, err := config.Parse(fs, args, getenv, func(flag string) string { return env[flag] })
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		printUsage(stdout)

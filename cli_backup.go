@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,31 +59,11 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 func sqliteFileArgs(name, usage string, args []string, getenv func(string) string, stdout, stderr io.Writer) (path, file string, err error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	dbURL := fs.String("database", "sqlite:data/relay.db", "the relay's database (env FN_DATABASE_URL)")
-	fs.SetOutput(io.Discard)
-	printUsage := func(w io.Writer) {
-		fmt.Fprintln(w, usage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+	if err := parseFlagsEnv(fs, args, getenv, map[string]string{"database": "FN_DATABASE_URL"}, usage, stdout, stderr); err != nil {
+		return "", "", err
 	}
-	_, err = config.Parse(fs, args, getenv, func(flag string) string {
-		if flag == "database" {
-			return "FN_DATABASE_URL"
-		}
-		return ""
-	})
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout)
-		return "", "", flag.ErrHelp
-	case err != nil:
-		fmt.Fprintln(stderr, err)
-		printUsage(stderr)
-		return "", "", &exitError{code: 2}
-	case fs.NArg() != 1:
-		fmt.Fprintf(stderr, "relay %s: give one FILE\n", name)
-		printUsage(stderr)
-		return "", "", &exitError{code: 2}
+	if fs.NArg() != 1 {
+		return "", "", usageErr("%s: give one FILE", name)
 	}
 	db, err := config.ParseDatabaseURL(*dbURL)
 	if err != nil {

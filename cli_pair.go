@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/client"
-	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/seal"
 )
 
@@ -29,27 +27,8 @@ func pairCmd(ctx context.Context, args []string, getenv func(string) string, std
 	code := fs.String("code", "", "the invitation's code, as shown (ABCDE-FGHJK)")
 	store := fs.String("store", "", "write the credentials to this file")
 	identity := fs.String("identity", "", "publish this identity's key (a seed file, created 0600 when missing; relay send -seal's) and print its fingerprint, for the inviting admin to compare")
-	fs.SetOutput(io.Discard)
-	printUsage := func(w io.Writer) {
-		fmt.Fprintln(w, pairUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	_, err := config.Parse(fs, args, getenv, func(flag string) string {
-		if flag == "url" {
-			return "FN_RELAY_URL"
-		}
-		return ""
-	})
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout)
-		return flag.ErrHelp
-	case err != nil:
-		fmt.Fprintln(stderr, err)
-		printUsage(stderr)
-		return &exitError{code: 2}
+	if err := parseFlags(fs, args, getenv, pairUsage, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("pair: unexpected argument %q", fs.Arg(0))
@@ -62,6 +41,7 @@ func pairCmd(ctx context.Context, args []string, getenv func(string) string, std
 	opts := client.PairOptions{Store: client.FileStore(*store)}
 	var id *seal.Identity
 	if *identity != "" {
+		var err error
 		if id, _, err = seal.LoadOrCreateIdentity(*identity); err != nil {
 			return fmt.Errorf("pair: %w", err)
 		}

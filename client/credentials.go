@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flamenet/relay/internal/atomicfile"
 )
 
 // CredentialSource gives the client the bearer token of each request.
@@ -150,51 +151,10 @@ func (f FileStore) Save(_ context.Context, c Credentials) error {
 	if err != nil {
 		return fmt.Errorf("client: credentials file: %w", err)
 	}
-	if err := writeFileAtomic(string(f), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(string(f), append(b, '\n')); err != nil {
 		return fmt.Errorf("client: credentials file: %w", err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to path through a temporary file (0600, as
-// os.CreateTemp makes it) renamed over it, and syncs the directory.
-func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp's 0600 already; said again so that no umask or
-	// platform difference widens a file holding a secret.
-	if err := tmp.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	done = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // MemoryStore keeps the credentials in memory: for tests, and for apps

@@ -10,8 +10,9 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path/filepath"
 	"sync"
+
+	"github.com/flamenet/relay/internal/atomicfile"
 )
 
 // PinStore keeps a keyring's pins: device name -> pinned Ed25519 key.
@@ -231,46 +232,10 @@ func (f FileStore) Save(_ context.Context, pins map[string]ed25519.PublicKey) er
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(string(f), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(string(f), append(b, '\n')); err != nil {
 		return fmt.Errorf("seal: keyring file: %w", err)
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to a 0600 temporary file beside path, syncs it,
-// renames it over path and syncs the directory.
-func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*") // mode 0600
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(b); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	done = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // MemoryStore keeps pins in memory, for tests and for apps that keep
