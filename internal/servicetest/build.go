@@ -1,6 +1,7 @@
 package servicetest
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,6 +53,19 @@ func buildTypeScript() (string, error) {
 		return "", fmt.Errorf("lock: %w", err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	// One build per go test run: the test processes of one run share the
+	// go command as their parent. A second npm ci would delete
+	// node_modules under the node and Chromium processes of a package
+	// whose build came first.
+	// The parent is named by its pid and its start time, which a reused
+	// pid does not share; where /proc cannot tell, every process builds.
+	stamp := ""
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", os.Getppid())); err == nil {
+		stamp = filepath.Join(os.TempDir(), fmt.Sprintf("relay-typescript-built-%x", sha256.Sum256(append(stat[:startTimeEnd(stat)], dir...))))
+		if _, err := os.Stat(stamp); err == nil {
+			return dir, nil
+		}
+	}
 	for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}} {
 		cmd := exec.Command("npm", args...)
 		cmd.Dir = dir
@@ -59,7 +73,32 @@ func buildTypeScript() (string, error) {
 			return "", fmt.Errorf("npm %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	if stamp != "" {
+		if err := os.WriteFile(stamp, nil, 0o600); err != nil {
+			return "", err
+		}
+	}
 	return dir, nil
+}
+
+// startTimeEnd is where /proc/PID/stat's 22nd field, the start time, ends:
+// what comes before names the process for its life (later fields move).
+// The command name (field 2) is in parentheses and may hold spaces.
+func startTimeEnd(stat []byte) int {
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return len(stat)
+	}
+	field := 2
+	for j := i + 1; j < len(stat); j++ {
+		if stat[j] == ' ' {
+			field++
+			if field == 23 {
+				return j
+			}
+		}
+	}
+	return len(stat)
 }
 
 // BuildRelay builds the relay command into dir, with extra go build flags
