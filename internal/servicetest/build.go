@@ -61,7 +61,7 @@ func buildTypeScript() (string, error) {
 	// pid does not share; where /proc cannot tell, every process builds.
 	stamp := ""
 	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", os.Getppid())); err == nil {
-		stamp = filepath.Join(os.TempDir(), fmt.Sprintf("relay-typescript-built-%x", sha256.Sum256(append(stat[:startTimeEnd(stat)], dir...))))
+		stamp = filepath.Join(os.TempDir(), fmt.Sprintf("relay-typescript-built-%d-%s-%x", os.Getppid(), startTime(stat), sha256.Sum256([]byte(dir))))
 		if _, err := os.Stat(stamp); err == nil {
 			return dir, nil
 		}
@@ -81,59 +81,18 @@ func buildTypeScript() (string, error) {
 	return dir, nil
 }
 
-// startTimeEnd is where /proc/PID/stat's 22nd field, the start time, ends:
-// what comes before names the process for its life (later fields move).
-// The command name (field 2) is in parentheses and may hold spaces.
-func startTimeEnd(stat []byte) int {
+// startTime is /proc/PID/stat's 22nd field, when the process started,
+// which a later process with the same pid does not share. The command
+// name (field 2) is in parentheses and may hold spaces; the fields around
+// the start time (state, CPU times) change as the process runs.
+func startTime(stat []byte) string {
 	i := strings.LastIndexByte(string(stat), ')')
 	if i < 0 {
-		return len(stat)
+		return ""
 	}
-	field := 2
-	for j := i + 1; j < len(stat); j++ {
-		if stat[j] == ' ' {
-			field++
-			if field == 23 {
-				return j
-			}
-		}
+	fields := strings.Fields(string(stat[i+1:])) // from field 3 on
+	if len(fields) < 20 {
+		return ""
 	}
-	return len(stat)
-}
-
-// BuildRelay builds the relay command into dir, with extra go build flags
-// (-ldflags ...), and returns the binary's path.
-func BuildRelay(dir string, flags ...string) (string, error) {
-	bin := filepath.Join(dir, "relay")
-	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/flamenet/relay")
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// Relay builds the relay command into the test's own directory.
-func Relay(tb testing.TB) string {
-	tb.Helper()
-	bin, err := BuildRelay(tb.TempDir())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return bin
-}
-
-// RunWithRelay builds the relay into a directory of its own, sets *bin to
-// it, runs the tests and removes the directory: a TestMain for packages
-// whose tests run the binary (os.Exit(servicetest.RunWithRelay(m, &bin))).
-func RunWithRelay(m *testing.M, bin *string) int {
-	dir, err := os.MkdirTemp("", "relay-bin")
-	if err == nil {
-		*bin, err = BuildRelay(dir)
-		defer os.RemoveAll(dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	return fields[19]
 }
