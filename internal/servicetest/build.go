@@ -96,3 +96,40 @@ func startTime(stat []byte) string {
 	}
 	return fields[19]
 }
+
+// BuildRelay builds the relay command into dir, with extra go build flags
+// (-ldflags ...), and returns the binary's path.
+func BuildRelay(dir string, flags ...string) (string, error) {
+	bin := filepath.Join(dir, "relay")
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/flamenet/relay")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Relay builds the relay command into the test's own directory.
+func Relay(tb testing.TB) string {
+	tb.Helper()
+	bin, err := BuildRelay(tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bin
+}
+
+// RunWithRelay builds the relay into a directory of its own, sets *bin to
+// it, runs the tests and removes the directory: a TestMain for packages
+// whose tests run the binary (os.Exit(servicetest.RunWithRelay(m, &bin))).
+func RunWithRelay(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "relay-bin")
+	if err == nil {
+		*bin, err = BuildRelay(dir)
+		defer os.RemoveAll(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
