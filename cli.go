@@ -74,14 +74,11 @@ func (f *clientFlags) client(ctx context.Context, getenv func(string) string, op
 	if strings.TrimSpace(tok) == "" {
 		return nil, usageErr("no token: give -token, -token-file or FN_TOKEN")
 	}
-	switch f.codec {
-	case "json":
-		opts = append(opts, client.WithCodec(client.JSON))
-	case "msgpack":
-		opts = append(opts, client.WithCodec(client.MessagePack))
-	default:
-		return nil, usageErr("-codec %q: json or msgpack", f.codec)
+	codec, err := codecOption(f.codec)
+	if err != nil {
+		return nil, err
 	}
+	opts = append(opts, codec)
 	c, err := client.New(f.url, tok, opts...)
 	if err != nil {
 		return nil, usageErr("%w", err)
@@ -280,4 +277,15 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("listen: %w", err)
 	}
 	return nil
+}
+
+// codecOption is -codec's client option.
+func codecOption(codec string) (client.Option, error) {
+	switch codec {
+	case "json":
+		return client.WithCodec(client.JSON), nil
+	case "msgpack":
+		return client.WithCodec(client.MessagePack), nil
+	}
+	return nil, usageErr("-codec %q: json or msgpack", codec)
 }

@@ -77,14 +77,11 @@ func (f *clientFlags) storeClient(ctx context.Context, opts ...client.Option) (*
 	if f.url == defaultRelayURL && creds.URL != "" {
 		url = creds.URL
 	}
-	switch f.codec {
-	case "json":
-		opts = append(opts, client.WithCodec(client.JSON))
-	case "msgpack":
-		opts = append(opts, client.WithCodec(client.MessagePack))
-	default:
-		return nil, usageErr("-codec %q: json or msgpack", f.codec)
+	codec, err := codecOption(f.codec)
+	if err != nil {
+		return nil, err
 	}
+	opts = append(opts, codec)
 	src, err := client.NewRenewing(ctx, url, store, client.RenewingOptions{})
 	if err != nil {
 		return nil, usageErr("-store: %w", err)
