@@ -150,6 +150,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	db.held.Store(held)
 	// The writer goes first: it creates the file, switches it to WAL and
 	// migrates, all of which the read-only connections could not do.
+	if err := connect(ctx, writer, busy); err != nil {
+		writer.Close()
+		return nil, wrap(ctx, "open writer", err)
+	}
 	if err := db.migrate(ctx); err != nil {
 		writer.Close()
 		return nil, err
@@ -201,6 +205,34 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 // dsn builds a file: URI, so that SQLite itself sees mode=ro and a path
 // holding '?' or '#' survives.
+// connect makes the pool's first connection, trying again for up to busy
+// while SQLite answers SQLITE_BUSY. Switching a new file to WAL needs the
+// file to itself, and when two processes open a new file at once SQLite
+// answers one of them SQLITE_BUSY at once instead of calling the busy
+// handler, because waiting there could deadlock.
+func connect(ctx context.Context, pool *sql.DB, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	pause := 5 * time.Millisecond
+	for {
+		c, err := pool.Conn(ctx)
+		if err == nil {
+			return c.Close()
+		}
+		var se *sqlite.Error
+		if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
 func dsn(path string, q url.Values) string {
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: q.Encode()}
 	return u.String()
