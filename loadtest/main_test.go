@@ -126,9 +126,12 @@ func wantClean(t *testing.T, rep *report.Report) {
 	if rep.Git.Commit == "" || rep.Git.Commit == "unknown" || rep.Machine.CPUs < 1 || rep.Go == "" {
 		t.Errorf("provenance missing: git %+v machine %+v go %q", rep.Git, rep.Machine, rep.Go)
 	}
-	// Every pair's poll is held through the second half of the window.
-	if s := rep.Steady; s == nil || s.Samples < 1 || s.HeldPolls != 20 || s.RSSBytes <= 0 || rep.HeldPollsEnd != 20 {
-		t.Errorf("steady state %+v, held at the end %d; want 20 held and a resident size", s, rep.HeldPollsEnd)
+	// Every pair's poll is held through the second half of the window. A
+	// sample can catch a pair or two between an answer and its next poll
+	// (one answer a second each at this rate, and a window this short has
+	// one or two samples); a pair not polling at all would be missed by all.
+	if s := rep.Steady; s == nil || s.Samples < 1 || s.HeldPolls < 18 || s.HeldPolls > 20 || s.RSSBytes <= 0 || rep.HeldPollsEnd != 20 {
+		t.Errorf("steady state %+v, held at the end %d; want 18 to 20 held and a resident size", s, rep.HeldPollsEnd)
 	}
 }
 
