@@ -209,6 +209,7 @@ var hostileKinds = func() []hostileKind {
 			w.quick(ctx, kind, rawRequest(http.MethodGet, "/v1/poll?wait=0", hdr, nil), true)
 		}})
 	}
+	ks = append(ks, pairingKinds...)
 	ks = append(ks,
 		hostileKind{"household burst", func(ctx context.Context, w *hworker, kind string) { w.burst(ctx, kind) }},
 		hostileKind{"ready flood", func(ctx context.Context, w *hworker, kind string) {
@@ -380,6 +381,12 @@ func (w *hworker) closeConn() {
 // quick sends a complete request on the connection kept alive, and reads
 // the answer. When the relay says it will close the connection, it must.
 func (w *hworker) quick(ctx context.Context, kind string, req []byte, refuse bool) (*http.Response, []byte) {
+	return w.quickJudged(ctx, kind, req, refuse, nil)
+}
+
+// quickJudged is quick with a judge of its own, which names what else in
+// an answer fails the run.
+func (w *hworker) quickJudged(ctx context.Context, kind string, req []byte, refuse bool, judge func(*http.Response, []byte) string) (*http.Response, []byte) {
 	for attempt := 0; ; attempt++ {
 		reused := w.conn != nil
 		from := time.Now()
@@ -402,6 +409,11 @@ func (w *hworker) quick(ctx context.Context, kind string, req []byte, refuse boo
 			return nil, nil
 		}
 		outcome, fail := answerOutcome(resp, body, refuse)
+		if judge != nil {
+			if more := judge(resp, body); more != "" {
+				fail = joinMsg(fail, more)
+			}
+		}
 		if resp.Close {
 			closed := w.conn.awaitClose(time.Now().Add(w.h.closeLimit))
 			w.closeConn()

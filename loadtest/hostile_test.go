@@ -106,6 +106,10 @@ func TestHostileCatchesALenientRelay(t *testing.T) {
 		"send body stalls halfway (content-length): accepted; connection not closed within 300ms",
 		"ready flood: 5xx",
 		"household burst: household bucket never refused",
+		"pair, guessed code: accepted",
+		"renew, guessed secret: accepted",
+		"pair, body over 1 KiB: accepted",
+		"invitation with a device token: accepted",
 	} {
 		if got.Failures[want] == 0 {
 			t.Errorf("no failure %q; failures:\n%s", want, failureList(got.Failures))
@@ -162,5 +166,27 @@ func TestSlowReadersCatchALenientRelay(t *testing.T) {
 	}
 	if got.SlowReaders != 3 || got.SlowReaderRounds != 1 || got.SlowReaderConnections != 3 {
 		t.Errorf("slow readers %d, rounds %d, connections %d; want 3, 1, 3", got.SlowReaders, got.SlowReaderRounds, got.SlowReaderConnections)
+	}
+}
+
+// TestJudgeGuess: a guess must meet the one refusal or a pair bucket.
+func TestJudgeGuess(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{401, pairRefusal + "\n", ""},
+		{401, `{"error":"unauthorized","message":"The code has expired."}`, "a refusal unlike the others"},
+		{429, `{"error":"rate_limited","message":"x","limit":"pair_address_rate"}`, ""},
+		{429, `{"error":"rate_limited","message":"x","limit":"pair_rate"}`, ""},
+		{429, `{"error":"rate_limited","message":"x","limit":"household_send_rate"}`, "429 from another bucket (household_send_rate)"},
+		{404, `{"error":"not_found","message":"x"}`, "answered 404 to a guess"},
+		{503, `{"error":"unavailable","message":"x"}`, ""},
+		{200, `{}`, ""}, // answerOutcome's "accepted"
+	} {
+		if got := judgeGuess(&http.Response{StatusCode: c.status}, []byte(c.body)); got != c.want {
+			t.Errorf("%d %s: %q, want %q", c.status, c.body, got, c.want)
+		}
 	}
 }

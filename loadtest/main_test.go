@@ -534,6 +534,31 @@ func TestHostileRun(t *testing.T) {
 			}
 		}
 	}
+	// Pairing is on (the stack's relay holds its issuer key): guesses meet
+	// the one refusal, floods the address's bucket.
+	for _, kind := range []string{"pair, guessed code", "renew, guessed secret", "pair flood, 30 guesses"} {
+		for o, n := range h.Outcomes[kind] {
+			if !strings.HasPrefix(o, "401 unauthorized") && !strings.HasPrefix(o, "429 rate_limited (pair_") {
+				t.Errorf("%s: %d answered %q", kind, n, o)
+			}
+		}
+	}
+	bucket := 0
+	for o, n := range h.Outcomes["pair flood, 30 guesses"] {
+		if strings.HasPrefix(o, "429 rate_limited (pair_address_rate)") {
+			bucket += n
+		}
+	}
+	if bucket == 0 {
+		t.Errorf("pair flood: %v, want the address's bucket to refuse", h.Outcomes["pair flood, 30 guesses"])
+	}
+	for kind, want := range map[string]string{"pair, body over 1 KiB": "413 ", "renew, body not JSON": "400 ", "invitation with a device token": "403 forbidden"} {
+		for o, n := range h.Outcomes[kind] {
+			if !strings.HasPrefix(o, want) && !strings.HasPrefix(o, "429 rate_limited (pair_") {
+				t.Errorf("%s: %d answered %q, want %q", kind, n, o, want)
+			}
+		}
+	}
 	if h.Outcomes["household burst"]["429 rate_limited (household_send_rate)"] == 0 {
 		t.Errorf("household burst: %v, want its own bucket to refuse", h.Outcomes["household burst"])
 	}

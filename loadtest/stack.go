@@ -162,11 +162,19 @@ func bootStack(ctx context.Context, p stackParams, logger *slog.Logger) (s *stac
 	}
 
 	env := relayEnv(os.Environ())
-	env = append(env,
-		"FN_DATABASE_URL="+dbURL,
-		"FN_ISSUER_KEYS="+base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey)),
-		"FN_RELAY_REPLICAS="+strconv.Itoa(p.replicas),
-	)
+	env = append(env, "FN_DATABASE_URL="+dbURL, "FN_RELAY_REPLICAS="+strconv.Itoa(p.replicas))
+	if p.replicas == 1 {
+		// The relay holds the issuer's key, as a self-hoster's does: it
+		// mints its own tokens and pairs devices, so the pairing endpoints
+		// are there to be flooded.
+		keyFile := filepath.Join(dir, "issuer.key")
+		if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(priv.Seed())+"\n"), 0o600); err != nil {
+			return s, fmt.Errorf("issuer key: %w", err)
+		}
+		env = append(env, "FN_ISSUER_KEYS=", "FN_ISSUER_KEY_FILE="+keyFile)
+	} else {
+		env = append(env, "FN_ISSUER_KEYS="+base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey)))
+	}
 	if p.replicas > 1 {
 		env = append(env, "FN_REDIS_URL="+p.redis)
 	}
