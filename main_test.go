@@ -431,9 +431,11 @@ func TestWelcomeNamesBinaryAndKey(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	var text, logs bytes.Buffer
-	welcome("text", &text, nil, "127.0.0.1:8080", "data/issuer.key", "./relay")
+	welcome("text", &text, nil, "127.0.0.1:8080", "data/issuer.key", "./relay", true)
 	abs := filepath.Join(dir, "data", "issuer.key")
 	for _, want := range []string{
+		"The household console is at http://127.0.0.1:8080/console/",
+		"./relay invite -url http://127.0.0.1:8080 -issuer-key-file " + abs + " -household home -device browser -scope admin",
 		"./relay invite -url http://127.0.0.1:8080 -issuer-key-file " + abs + " -device phone",
 		"./relay token -issuer-key-file " + abs + " -household home -device phone",
 		"The relay trusts the issuer key in " + abs,
@@ -442,7 +444,12 @@ func TestWelcomeNamesBinaryAndKey(t *testing.T) {
 			t.Errorf("welcome text lacks %q:\n%s", want, text.String())
 		}
 	}
-	welcome("json", io.Discard, slog.New(slog.NewJSONHandler(&logs, nil)), "127.0.0.1:8080", "data/issuer.key", "./relay")
+	var quiet bytes.Buffer
+	welcome("text", &quiet, nil, "127.0.0.1:8080", "data/issuer.key", "./relay", false)
+	if strings.Contains(quiet.String(), "console") {
+		t.Errorf("welcome text names the console, which is off:\n%s", quiet.String())
+	}
+	welcome("json", io.Discard, slog.New(slog.NewJSONHandler(&logs, nil)), "127.0.0.1:8080", "data/issuer.key", "./relay", false)
 	var line map[string]any
 	if err := json.Unmarshal(logs.Bytes(), &line); err != nil {
 		t.Fatalf("welcome log %q: %v", logs.String(), err)

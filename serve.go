@@ -112,6 +112,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		ParkPolls:           c.ParkPolls,
 		TrustedProxies:      c.TrustedProxies,
 		CORSOrigins:         c.CORSOrigins,
+		Console:             c.Console,
 
 		AnswerTimeout:             c.AnswerTimeout,
 		AnswerMinRate:             c.AnswerMinRate,
@@ -225,8 +226,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	addr := ln.Addr().String()
 	log.Info("serving", "addr", "http://"+addr, "store", string(cfg.Database.Kind), "version", bld.Version)
+	if cfg.Console {
+		log.Info("console", "url", "http://"+addr+"/console/")
+	}
 	if minted != nil {
-		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile, selfCommand(os.Args[0]))
+		welcome(cfg.LogFormat, stdout, log, addr, cfg.IssuerKeyFile, selfCommand(os.Args[0]), cfg.Console)
 	}
 
 	errc := make(chan error, 1)
@@ -418,7 +422,7 @@ func (r redisPoolCollector) Collect(ch chan<- prometheus.Metric) {
 // collector reading the output sees nothing but JSON. The commands name
 // this binary as it was started (self) and the key file by its absolute
 // path, so that they work pasted into another terminal.
-func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile, self string) {
+func welcome(format string, w io.Writer, log *slog.Logger, addr, keyFile, self string, console bool) {
 	if abs, err := filepath.Abs(keyFile); err == nil {
 		keyFile = abs
 	}
@@ -445,6 +449,14 @@ Or mint a device token yourself, and from another terminal:
   curl -s -X POST -H "Authorization: Bearer $TOKEN" %s/v1/register
 
 `, keyFile, invite, mint, url)
+	if console {
+		fmt.Fprintf(w, `The household console is at %s/console/. Pair the browser there,
+as an admin device, with the code this prints:
+
+  %s invite -url %s -issuer-key-file %s -household home -device browser -scope admin
+
+`, url, self, url, shellQuote(keyFile))
+	}
 }
 
 // selfCommand is how to run this binary again, from its argv[0]: "go run ."

@@ -35,18 +35,20 @@ func TestTypeScriptClient(t *testing.T) {
 // wireSchemas pairs each interface of typescript/src/wire.ts with the
 // schema of docs/openapi.yaml it is the JSON form of.
 var wireSchemas = map[string]string{
-	"PushTarget":       "PushTarget",
-	"RegisterRequest":  "RegisterRequest",
-	"RegisterResponse": "RegisterResponse",
-	"SendRequest":      "SendRequest",
-	"Delivery":         "Delivery",
-	"SendResponse":     "SendResponse",
-	"Envelope":         "Envelope",
-	"PollResponse":     "PollResponse",
-	"AckRequest":       "AckRequest",
-	"ErrorBody":        "Error",
-	"Device":           "Device",
-	"DevicesResponse":  "DevicesResponse",
+	"PushTarget":         "PushTarget",
+	"RegisterRequest":    "RegisterRequest",
+	"RegisterResponse":   "RegisterResponse",
+	"SendRequest":        "SendRequest",
+	"Delivery":           "Delivery",
+	"SendResponse":       "SendResponse",
+	"Envelope":           "Envelope",
+	"PollResponse":       "PollResponse",
+	"AckRequest":         "AckRequest",
+	"ErrorBody":          "Error",
+	"Device":             "Device",
+	"DevicesResponse":    "DevicesResponse",
+	"InvitationRequest":  "InvitationRequest",
+	"InvitationResponse": "InvitationResponse",
 }
 
 // TestTypeScriptWireTypes holds the TypeScript client's wire types to

@@ -82,6 +82,7 @@ type Config struct {
 	PushAttemptTimeout   time.Duration
 	PushTimeout          time.Duration
 	PushAllowPrivate     bool
+	Console              bool
 	APNsKeyFile          string
 	APNsKeyID            string
 	APNsTeamID           string
@@ -364,6 +365,14 @@ var settings = []Setting{
 		c.CORSOrigins = o
 		return err
 	}},
+	{"FN_CONSOLE", "false", "serve the household console at /console/, where an admin device pairs the browser, lists, removes and invites devices; needs pairing (FN_ISSUER_KEYS empty)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		c.Console = b
+		return nil
+	}},
 	{"FN_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		switch v {
 		case "debug", "info", "warn", "error":
@@ -581,6 +590,9 @@ func (c Config) validate() error {
 		case !c.issuerKeysConfigured:
 			return errors.New("FN_ISSUER_KEYS: required when FN_RELAY_REPLICAS is above 1, so that every replica trusts the same issuer")
 		}
+	}
+	if c.Console && c.issuerKeysConfigured {
+		return errors.New("FN_CONSOLE: the console pairs devices, which the relay does only when it mints its own tokens; leave FN_ISSUER_KEYS empty")
 	}
 	if c.ShutdownGrace <= 0 {
 		return errors.New("FN_SHUTDOWN_GRACE: must be above zero")

@@ -74,4 +74,7 @@ type Config struct {
 	// CORSOrigins are the web origins whose pages may call the API; "*"
 	// alone allows any. Empty: no CORS headers at all.
 	CORSOrigins []string
+	// Console serves the household console at /console/ (package
+	// console); it needs pairing (IssuerKey).
+	Console bool
 }

@@ -142,6 +142,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Store == nil || deps.Hub == nil {
 		return nil, errors.New("relay: a store and a wake hub are required")
 	}
+	if cfg.Console && cfg.IssuerKey == nil {
+		return nil, errors.New("relay: the console pairs devices, which needs the relay's own issuer key")
+	}
 	if cfg.AnswerTimeout <= 0 || cfg.AnswerMinRate <= 0 {
 		return nil, errors.New("relay: answers need a timeout and a minimum rate above zero")
 	}
@@ -274,6 +277,9 @@ func (s *Server) router() chi.Router {
 	r.Get("/v1/invitations", s.pairingOn(s.authed(s.listInvitations)))
 	r.Post("/v1/pair", s.unauthed(s.pair))
 	r.Post("/v1/renew", s.unauthed(s.renew))
+	if s.cfg.Console {
+		s.consoleRoutes(r)
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "No such endpoint."))
 	})

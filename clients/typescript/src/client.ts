@@ -154,6 +154,28 @@ export class RelayClient {
   }
 
   /**
+   * Invites a device of the token's household (admin tokens only; POST
+   * /v1/invitations): its single-use code, which the new device redeems
+   * with pair, and the code's expiry. Inviting a device again replaces
+   * its unredeemed code.
+   */
+  async invite(device: string, opts: { scope?: "device" | "admin"; signal?: AbortSignal } = {}): Promise<wire.InvitationResponse> {
+    const body: wire.InvitationRequest = { device };
+    if (opts.scope !== undefined) body.scope = opts.scope;
+    return (await this.request<wire.InvitationResponse>("POST", "/v1/invitations", body, 201, this.requestTimeoutMs, opts.signal))!;
+  }
+
+  /**
+   * Removes a device of the token's household (admin tokens only; DELETE
+   * /v1/devices/{device}): its tokens, renewal secret and pending
+   * envelopes stop at once. A RelayError of status 404 when there is no
+   * such device.
+   */
+  async removeDevice(device: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.request<undefined>("DELETE", `/v1/devices/${encodeURIComponent(device)}`, undefined, 204, this.requestTimeoutMs, opts.signal);
+  }
+
+  /**
    * Exactly one send request. A RelayError says how the relay refused; a
    * NoAnswerError means whether it stored the send is unknown: send again
    * with the same id and payload to find out.

@@ -13,6 +13,6 @@ export { Keyring, MemoryPinStore, LocalStoragePinStore } from "./keyring.js";
 export type { PinStore, KeyChange, KeyringOptions } from "./keyring.js";
 export { SealedClient, readDirectory } from "./sealed.js";
 export type { DirectoryEntry, OpenedEnvelope, ListenSealedOptions } from "./sealed.js";
-export type { SendResponse, RegisterResponse, RegisterRequest, PushTarget, Delivery, Device, DevicesResponse } from "./wire.js";
+export type { SendResponse, RegisterResponse, RegisterRequest, PushTarget, Delivery, Device, DevicesResponse, InvitationRequest, InvitationResponse } from "./wire.js";
 export { FixedToken, LocalStorageCredentialStore, MemoryCredentialStore, RenewingCredentials, UnauthorizedError, pair } from "./credentials.js";
 export type { CredentialSource, CredentialStore, Credentials, KeyValueStorage, PairOptions, RenewingOptions } from "./credentials.js";

@@ -5,6 +5,9 @@
 // X25519 form, which WebCrypto cannot do.
 import { Aes256Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
 import { ed25519 } from "@noble/curves/ed25519.js";
+import { fingerprint } from "./fingerprint.js";
+
+export { fingerprint };
 
 /** Why an envelope could not be opened or sealed; `code` names the check that refused it. */
 export type SealErrorCode =
@@ -44,7 +47,6 @@ const MAX_RECIPIENTS = 255;
 const utf8 = new TextEncoder();
 const SIG_LABEL = utf8.encode("fn-seal v1 sig\0");
 const KEY_LABEL = utf8.encode("fn-seal v1 key\0");
-const FINGERPRINT_LABEL = utf8.encode("fn-seal v1 fingerprint\0");
 
 // PKCS#8 wrappers of a raw 32-byte private key (RFC 8410): WebCrypto
 // imports Ed25519 and X25519 private keys in this form, not raw.
@@ -175,22 +177,6 @@ export class Identity {
 function fromBase64URL(s: string): Uint8Array {
   const b = atob(s.replace(/-/g, "+").replace(/_/g, "/") + "=".repeat((4 - (s.length % 4)) % 4));
   return Uint8Array.from(b, (c) => c.charCodeAt(0));
-}
-
-/**
- * The fingerprint of an Ed25519 public key, for people to compare: 30
- * digits in 6 groups of 5, from SHA-256("fn-seal v1 fingerprint" || 0 || key).
- */
-export async function fingerprint(publicKey: Uint8Array): Promise<string> {
-  const h = await sha("SHA-256", concat(FINGERPRINT_LABEL, publicKey));
-  const groups: string[] = [];
-  for (let i = 0; i < 6; i++) {
-    let n = 0;
-    // 40 bits: exact in a double.
-    for (let j = 0; j < 5; j++) n = n * 256 + h[5 * i + j]!;
-    groups.push(String(n % 100000).padStart(5, "0"));
-  }
-  return groups.join(" ");
 }
 
 /** The safety number of two devices' keys: both fingerprints, sorted, joined; the same on both sides. */

@@ -90,6 +90,25 @@ export interface DevicesResponse {
   next?: string;
 }
 
+/** POST /v1/invitations's body (schema InvitationRequest); admin tokens only. */
+export interface InvitationRequest {
+  device: string;
+  /** The paired device's tokens' scope (default "device"). */
+  scope?: "device" | "admin";
+}
+
+/** POST /v1/invitations's 201 (schema InvitationResponse). */
+export interface InvitationResponse {
+  /** Single use; shown only here. */
+  code: string;
+  /** <base>/console/#pair=<code>. */
+  url: string;
+  household: string;
+  device: string;
+  scope: "device" | "admin";
+  expires_at: string;
+}
+
 /** Every error answer's body (schema Error). */
 export interface ErrorBody {
   error: string;

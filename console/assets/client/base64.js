@@ -1,0 +1,23 @@
+// Standard base64 (with padding) and base64url (without) over bytes, with
+// only what browsers and Node share: btoa and atob.
+const CHUNK = 0x8000;
+function binary(bytes) {
+    let s = "";
+    for (let i = 0; i < bytes.length; i += CHUNK) {
+        s += String.fromCharCode(...bytes.subarray(i, i + CHUNK));
+    }
+    return s;
+}
+export function encodeBase64(bytes) {
+    return btoa(binary(bytes));
+}
+export function decodeBase64(s) {
+    const b = atob(s);
+    const out = new Uint8Array(b.length);
+    for (let i = 0; i < b.length; i++)
+        out[i] = b.charCodeAt(i);
+    return out;
+}
+export function encodeBase64URL(bytes) {
+    return encodeBase64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}

@@ -1,0 +1,410 @@
+import { Backoff, MAX_RETRY_AFTER_SECONDS, sleep, timerMs } from "./backoff.js";
+import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
+import { FixedToken, UnauthorizedError } from "./credentials.js";
+import { MemoryCursorStore } from "./cursor.js";
+import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
+/** How long listen's polls are held by default, in seconds. */
+export const DEFAULT_WAIT = 20;
+/**
+ * How much longer than its wait a poll may take before it counts as
+ * unanswered: the relay answers within the wait; proxies and a slow
+ * network add to it.
+ */
+const POLL_MARGIN_MS = 15_000;
+/**
+ * The most of one answer that is read, as in the Go client: a poll returns
+ * at most 2 MiB of payload (FN_POLL_BUDGET_BYTES) plus one envelope beyond
+ * it, in base64; anything near this is not the relay's.
+ */
+export const MAX_ANSWER_BYTES = 64 << 20;
+/** A fresh send id: 16 random bytes in base64url. */
+export function newId() {
+    return encodeBase64URL(crypto.getRandomValues(new Uint8Array(16)));
+}
+const utf8 = new TextEncoder();
+/**
+ * A client of one relay acting as one device (the token's). It runs in
+ * browsers and in Node 20+ on the platform's fetch; it speaks JSON only.
+ * A device runs one listen at a time: a newer poll ends the older one.
+ */
+export class RelayClient {
+    url;
+    source;
+    state;
+    fetchFn;
+    requestTimeoutMs;
+    maxBackoffMs;
+    log;
+    constructor(opts) {
+        this.url = opts.url.replace(/\/+$/, "");
+        const token = opts.token?.trim() ?? "";
+        this.source = opts.credentials ?? new FixedToken(token);
+        this.state = stateReporter(opts.onState);
+        // Called through a closure: a browser's fetch refuses another `this`.
+        this.fetchFn = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
+        this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+        this.maxBackoffMs = opts.maxBackoffMs ?? 60_000;
+        this.log = opts.log ?? (() => { });
+        if (!/^https?:\/\/[^/]/.test(this.url))
+            throw new Error(`relay client: URL ${JSON.stringify(opts.url)} is not http:// or https://`);
+        if (!opts.credentials && !token)
+            throw new Error("relay client: no token");
+        if (!(this.requestTimeoutMs > 0) || !(this.maxBackoffMs > 0))
+            throw new Error("relay client: timeouts and backoff must be positive");
+    }
+    /** Creates the token's device or updates it; resolves to its cursor as the relay knows it. */
+    async register(body = {}, opts = {}) {
+        return (await this.request("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal));
+    }
+    /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
+    async devices(opts = {}) {
+        const q = new URLSearchParams();
+        if (opts.limit !== undefined)
+            q.set("limit", String(opts.limit));
+        if (opts.after !== undefined)
+            q.set("after", opts.after);
+        const path = q.toString() ? `/v1/devices?${q}` : "/v1/devices";
+        return (await this.request("GET", path, undefined, 200, this.requestTimeoutMs, opts.signal));
+    }
+    /**
+     * Invites a device of the token's household (admin tokens only; POST
+     * /v1/invitations): its single-use code, which the new device redeems
+     * with pair, and the code's expiry. Inviting a device again replaces
+     * its unredeemed code.
+     */
+    async invite(device, opts = {}) {
+        const body = { device };
+        if (opts.scope !== undefined)
+            body.scope = opts.scope;
+        return (await this.request("POST", "/v1/invitations", body, 201, this.requestTimeoutMs, opts.signal));
+    }
+    /**
+     * Removes a device of the token's household (admin tokens only; DELETE
+     * /v1/devices/{device}): its tokens, renewal secret and pending
+     * envelopes stop at once. A RelayError of status 404 when there is no
+     * such device.
+     */
+    async removeDevice(device, opts = {}) {
+        await this.request("DELETE", `/v1/devices/${encodeURIComponent(device)}`, undefined, 204, this.requestTimeoutMs, opts.signal);
+    }
+    /**
+     * Exactly one send request. A RelayError says how the relay refused; a
+     * NoAnswerError means whether it stored the send is unknown: send again
+     * with the same id and payload to find out.
+     */
+    async sendOnce(to, payload, id, opts = {}) {
+        const bytes = typeof payload === "string" ? utf8.encode(payload) : payload;
+        const body = { id, to, payload: encodeBase64(bytes) };
+        return (await this.request("POST", "/v1/send", body, 202, this.requestTimeoutMs, opts.signal));
+    }
+    /**
+     * Sends payload to the devices in to, retrying until the relay stores it,
+     * refuses it for good, or the signal aborts. Every attempt carries the
+     * same id and body, so a retry after a lost answer gets the first answer
+     * and nothing is stored twice. Retries no answer, 429, 500 and 503 with
+     * backoff; 400, 401, 403, 404, 409 and 413 reject at once with a
+     * RelayError.
+     */
+    async send(to, payload, opts = {}) {
+        const id = opts.id ?? newId();
+        const bytes = typeof payload === "string" ? utf8.encode(payload) : payload;
+        const bo = new Backoff(this.maxBackoffMs);
+        let last; // the last attempt that ended on its own
+        const giveUp = (err) => {
+            last ??= err;
+            return new Error(`relay client: send ${id}: gave up (last attempt: ${String(last)})`, { cause: last });
+        };
+        for (;;) {
+            let err;
+            try {
+                return await this.sendOnce(to, bytes, id, opts.signal ? { signal: opts.signal } : {});
+            }
+            catch (e) {
+                err = e;
+            }
+            if (opts.signal?.aborted)
+                throw giveUp(err);
+            if (!retryable(err))
+                throw err;
+            last = err;
+            const d = bo.next(err);
+            this.log(`send ${id}: ${String(err)}; retrying in ${Math.round(d)} ms`);
+            this.state({ kind: "retrying", delayMs: d, error: err });
+            if (!(await sleep(d, opts.signal)))
+                throw giveUp(err);
+        }
+    }
+    /** One poll request; it may take wait seconds plus a margin before it counts as unanswered. */
+    async poll(opts = {}) {
+        const wait = opts.wait ?? 0;
+        let path = `/v1/poll?wait=${wait}`;
+        if (opts.cursor !== undefined)
+            path += `&cursor=${opts.cursor}`;
+        if (opts.limit !== undefined)
+            path += `&limit=${opts.limit}`;
+        const res = (await this.request("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal));
+        return {
+            cursor: res.cursor,
+            more: res.more,
+            envelopes: res.envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) })),
+        };
+    }
+    /** Acknowledges everything at or below cursor, in one request. */
+    async ack(cursor, opts = {}) {
+        const body = { cursor };
+        await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
+    }
+    /**
+     * The device's poll loop. It holds polls, hands each envelope to handler
+     * once, in seq order, and saves the cursor after each handler resolved,
+     * before the next envelope. Every poll carries the saved cursor, which
+     * acknowledges it; an answer with more waiting is followed at once by the
+     * next poll.
+     *
+     * It survives no answer, 429, 500 and 503 (polling again with the same
+     * cursor after a backoff that honours Retry-After), and 409 cursor_ahead:
+     * a saved cursor above the device's head, as after the relay's data was
+     * restored from an older backup or the device was removed and registered
+     * again. Then it polls once without a cursor, which acknowledges nothing
+     * and starts above the cursor the relay knows, and goes on from the
+     * cursor that answer names: nothing the relay holds is skipped. Seqs may
+     * then name other envelopes than before; an app that must not process
+     * anything twice tells repeats by from and id.
+     *
+     * Resolves when the signal aborts (also while handler runs); rejects
+     * with the handler's or the cursor store's error, or with a RelayError
+     * that retrying cannot fix (400, 401, 403, 404).
+     */
+    async listen(handler, opts = {}) {
+        const wait = opts.wait ?? DEFAULT_WAIT;
+        if (!Number.isInteger(wait) || wait < 1)
+            throw new Error("relay client: listen needs a wait of at least 1 s");
+        const store = opts.cursorStore ?? new MemoryCursorStore();
+        const signal = opts.signal ?? new AbortController().signal;
+        let cursor = await store.load();
+        const bo = new Backoff(this.maxBackoffMs);
+        let recovering = false; // the next poll leaves the cursor out
+        while (!signal.aborted) {
+            let res;
+            const started = Date.now();
+            if (!recovering)
+                this.state({ kind: "waiting" });
+            try {
+                res = await this.poll(recovering
+                    ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the cursor right at once
+                    : { cursor, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) });
+            }
+            catch (err) {
+                if (signal.aborted)
+                    return;
+                if (err instanceof RelayError && err.cursorAhead && !recovering) {
+                    this.log(`listen: cursor ${cursor} is above the device's head ${err.head}; polling without it`);
+                    recovering = true;
+                    continue;
+                }
+                if (!retryable(err))
+                    throw err;
+                const d = bo.next(err);
+                this.log(`listen: ${String(err)}; polling again in ${Math.round(d)} ms`);
+                this.state({ kind: "retrying", delayMs: d, error: err });
+                if (!(await sleep(d, signal)))
+                    return;
+                continue;
+            }
+            bo.reset();
+            if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
+                // A held poll that ends empty at once was most likely superseded by
+                // another poller of this device (a second tab): polling straight
+                // back would supersede that one in turn, and the two would spin.
+                if (!(await sleep(1000 + Math.random() * 500, signal)))
+                    return;
+            }
+            for (const e of res.envelopes) {
+                if (signal.aborted)
+                    return;
+                // With the cursor sent the relay never answers at or below it; a
+                // recovering answer starts wherever the relay stands.
+                if (e.seq <= cursor && !recovering)
+                    continue;
+                try {
+                    await handler(e, signal);
+                }
+                catch (err) {
+                    if (signal.aborted)
+                        return;
+                    throw new Error(`relay client: handler at seq ${e.seq}: ${String(err)}`, { cause: err });
+                }
+                cursor = e.seq;
+                await store.save(cursor);
+            }
+            if (recovering) {
+                if (res.envelopes.length === 0 && res.cursor !== cursor) {
+                    cursor = res.cursor;
+                    await store.save(cursor);
+                }
+                this.log(`listen: recovered at cursor ${cursor}`);
+                recovering = false;
+            }
+            // more, or a hold that ended: poll again at once, with the new cursor.
+        }
+    }
+    /**
+     * One request with the source's token; when the relay refuses it with
+     * 401, the source is asked once for a fresh one and the request is made
+     * again. Reports connected and unauthorized.
+     */
+    async request(method, path, body, want, timeoutMs, signal) {
+        const unauthorized = (e) => this.state({ kind: "unauthorized", error: e });
+        let tok;
+        try {
+            tok = await this.source.token(signal);
+        }
+        catch (e) {
+            if (e instanceof UnauthorizedError)
+                unauthorized(e);
+            throw e;
+        }
+        let res;
+        try {
+            res = await this.requestWith(tok, method, path, body, want, timeoutMs, signal);
+        }
+        catch (e) {
+            if (!(e instanceof RelayError && e.status === 401))
+                throw e;
+            let fresh;
+            try {
+                fresh = await this.source.refused(tok, signal);
+            }
+            catch (re) {
+                if (re instanceof UnauthorizedError) {
+                    unauthorized(re);
+                    throw e; // the relay's 401, which retrying cannot fix
+                }
+                throw re; // renewing failed for a passing reason: retry later
+            }
+            try {
+                res = await this.requestWith(fresh, method, path, body, want, timeoutMs, signal);
+            }
+            catch (e2) {
+                if (e2 instanceof RelayError && e2.status === 401)
+                    unauthorized(e2);
+                throw e2;
+            }
+        }
+        this.state({ kind: "connected" });
+        return res;
+    }
+    async requestWith(tok, method, path, body, want, timeoutMs, signal) {
+        if (signal?.aborted)
+            throw abortError(signal);
+        const ctl = new AbortController();
+        const onAbort = () => ctl.abort(signal?.reason);
+        signal?.addEventListener("abort", onAbort, { once: true });
+        let timedOut = false;
+        const timer = setTimeout(() => {
+            timedOut = true;
+            ctl.abort();
+        }, timerMs(timeoutMs));
+        const noAnswer = (e) => {
+            if (signal?.aborted)
+                return abortError(signal);
+            const why = timedOut ? `no answer within ${timeoutMs} ms` : e instanceof Error ? e.message : String(e);
+            return new NoAnswerError(`${method} ${path}: ${why}`, { cause: e });
+        };
+        try {
+            const headers = { Authorization: `Bearer ${tok}`, Accept: "application/json" };
+            // No redirect is followed: the relay never answers one, and one to
+            // another origin would carry the body there (fetch drops only the
+            // token), as the Go client refuses it.
+            const init = { method, headers, signal: ctl.signal, redirect: "error" };
+            if (body !== undefined) {
+                headers["Content-Type"] = "application/json";
+                init.body = JSON.stringify(body);
+            }
+            let resp;
+            let text;
+            try {
+                resp = await this.fetchFn(this.url + path, init);
+                text = await readAnswer(resp);
+            }
+            catch (e) {
+                throw noAnswer(e);
+            }
+            if (resp.status !== want)
+                throw answerError(resp, text);
+            if (want === 204)
+                return undefined;
+            try {
+                return JSON.parse(text);
+            }
+            catch (e) {
+                throw new NoAnswerError(`${method} ${path}: the answer is not JSON: ${text.slice(0, 100)}`, { cause: e });
+            }
+        }
+        finally {
+            clearTimeout(timer);
+            signal?.removeEventListener("abort", onAbort);
+        }
+    }
+}
+/**
+ * The answer's body as text, read as it streams in and given up on past
+ * MAX_ANSWER_BYTES, so that a hostile or broken server cannot fill the
+ * client's memory.
+ */
+export async function readAnswer(resp) {
+    if (!resp.body)
+        return "";
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    const parts = [];
+    let n = 0;
+    for (;;) {
+        const { done, value } = await reader.read();
+        if (done)
+            break;
+        n += value.byteLength;
+        if (n > MAX_ANSWER_BYTES) {
+            // Cancelling closes the connection: nothing more is received.
+            await reader.cancel().catch(() => { });
+            throw new Error(`the answer is larger than ${MAX_ANSWER_BYTES >> 20} MiB`);
+        }
+        parts.push(decoder.decode(value, { stream: true }));
+    }
+    parts.push(decoder.decode());
+    return parts.join("");
+}
+export function answerError(resp, text) {
+    // Whole seconds only (the relay never sends an HTTP date), capped: a
+    // misconfigured proxy's huge value must neither stall nor, past
+    // setTimeout's range, spin the client.
+    const ra = (resp.headers.get("Retry-After") ?? "").trim();
+    const retryAfter = /^\d+$/.test(ra) ? Math.min(Number(ra), MAX_RETRY_AFTER_SECONDS) : undefined;
+    let body;
+    try {
+        const v = JSON.parse(text);
+        if (v && typeof v === "object" && typeof v.error === "string")
+            body = v;
+    }
+    catch {
+        // Not the relay's body: a proxy's page or the HTTP server's own plain text.
+    }
+    return new RelayError(resp.status, body, retryAfter, text.trim().slice(0, 200));
+}
+/** Calls f on each change of kind (each retry too); never lets f's throw reach the client. */
+function stateReporter(f) {
+    if (!f)
+        return () => { };
+    let last;
+    return (s) => {
+        if (s.kind === last && s.kind !== "retrying")
+            return;
+        last = s.kind;
+        try {
+            f(s);
+        }
+        catch {
+            // The app's callback is not the client's business.
+        }
+    };
+}

@@ -1,0 +1,294 @@
+// The household console: pairs this browser as an admin device of its
+// household (its credentials in localStorage, renewed by the client), lists
+// the household's devices, removes one, and invites another. It talks to
+// the relay that serves it (same origin) with the TypeScript client, and
+// builds the page with DOM calls only: the page's policy allows no inline
+// script and no HTML from strings.
+import { RelayClient } from "./client/client.js";
+import type { ConnectionState } from "./client/client.js";
+import { LocalStorageCredentialStore, RenewingCredentials, pair } from "./client/credentials.js";
+import type { Credentials } from "./client/credentials.js";
+import { RelayError } from "./client/errors.js";
+import { decodeBase64 } from "./client/base64.js";
+import { fingerprint } from "./client/fingerprint.js";
+import type { Device, InvitationResponse } from "./client/wire.js";
+
+const STORAGE_KEY = "relay-console";
+const REFRESH_MS = 10_000;
+
+const base = location.origin;
+const store = new LocalStorageCredentialStore(STORAGE_KEY);
+
+let creds: RenewingCredentials | undefined;
+let client: RelayClient | undefined;
+let refreshTimer: ReturnType<typeof setInterval> | undefined;
+let qrURL: string | undefined;
+
+function el<T extends HTMLElement = HTMLElement>(id: string): T {
+  const e = document.getElementById(id);
+  if (!e) throw new Error(`console: no #${id}`);
+  return e as T;
+}
+
+function show(id: string, on: boolean): void {
+  el(id).hidden = !on;
+}
+
+function say(id: string, text: string): void {
+  const e = el(id);
+  e.textContent = text;
+  e.hidden = text === "";
+}
+
+function node<K extends keyof HTMLElementTagNameMap>(tag: K, text = "", className = ""): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (text) e.textContent = text;
+  if (className) e.className = className;
+  return e;
+}
+
+/** Why a call failed, for people. */
+function describe(e: unknown): string {
+  if (e instanceof RelayError) {
+    if (e.status === 429) return `Too many attempts; try again in ${e.retryAfter ?? 60} seconds.`;
+    if (e.message) return e.message;
+  }
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** The code of a pairing link (#pair=CODE), taken off the address so that it stays out of the history. */
+function takePairCode(): string {
+  const m = /^#pair=([0-9A-Za-z -]{1,32})$/.exec(decodeURIComponent(location.hash));
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  return m ? m[1]! : "";
+}
+
+function ago(iso: string): string {
+  const s = (Date.now() - Date.parse(iso)) / 1000;
+  if (!Number.isFinite(s)) return "never";
+  if (s < 45) return "just now";
+  if (s < 90) return "a minute ago";
+  if (s < 3600) return `${Math.round(s / 60)} minutes ago`;
+  if (s < 5400) return "an hour ago";
+  if (s < 86400) return `${Math.round(s / 3600)} hours ago`;
+  return new Date(iso).toLocaleDateString();
+}
+
+function until(iso: string): string {
+  const t = new Date(iso);
+  const min = Math.round((t.getTime() - Date.now()) / 60000);
+  const at = t.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  return min >= 1 ? `${at} (in ${min} minute${min === 1 ? "" : "s"})` : `${at} (in under a minute)`;
+}
+
+function showPair(code: string, notice = ""): void {
+  stop();
+  say("notice", notice);
+  for (const id of ["who", "devices", "invite", "forget-bar"]) show(id, false);
+  show("pair", true);
+  const input = el<HTMLInputElement>("code");
+  input.value = code;
+  input.focus();
+}
+
+function stop(): void {
+  if (refreshTimer !== undefined) clearInterval(refreshTimer);
+  refreshTimer = undefined;
+  client = undefined;
+  creds = undefined;
+}
+
+function forget(): void {
+  stop();
+  localStorage.removeItem(STORAGE_KEY);
+}
+
+function onState(s: ConnectionState): void {
+  const e = el("state");
+  e.className = `state ${s.kind}`;
+  e.textContent = s.kind === "retrying" ? "reconnecting" : s.kind;
+  if (s.kind === "unauthorized") {
+    forget();
+    showPair("", "The relay refused this browser's credentials (it was removed, or they were used elsewhere): pair it again with a new admin invitation.");
+  }
+}
+
+/** Opens the saved credentials and shows the household. */
+async function open(): Promise<void> {
+  const c = await RenewingCredentials.open(base, store);
+  if (c.credentials.scope !== "admin") {
+    forget();
+    showPair("", "This browser was paired as a device without admin rights; the console needs an admin invitation (relay invite ... -scope admin).");
+    return;
+  }
+  creds = c;
+  client = new RelayClient({ url: base, credentials: c, onState });
+  const who: Credentials = c.credentials;
+  el("household").textContent = `Household ${who.household}`;
+  el("self").textContent = who.device;
+  for (const id of ["who", "devices", "invite", "forget-bar"]) show(id, true);
+  show("pair", false);
+  await refresh();
+  refreshTimer = setInterval(() => void refresh(), REFRESH_MS);
+}
+
+/** Reads every page of the directory and shows it. */
+async function refresh(): Promise<void> {
+  const c = client;
+  if (!c || !creds) return;
+  const self = creds.credentials.device;
+  const all: Device[] = [];
+  try {
+    let after: string | undefined;
+    do {
+      const page = await c.devices(after === undefined ? {} : { after });
+      all.push(...page.devices);
+      after = page.next;
+    } while (after !== undefined);
+  } catch (e) {
+    if (c === client) say("devices-error", `The devices could not be read: ${describe(e)}`);
+    return;
+  }
+  if (c !== client) return;
+  say("devices-error", "");
+  const rows: HTMLTableRowElement[] = [];
+  for (const d of all) rows.push(await row(d, d.device === self));
+  el("device-rows").replaceChildren(...rows);
+}
+
+async function row(d: Device, self: boolean): Promise<HTMLTableRowElement> {
+  const tr = node("tr");
+  tr.dataset.device = d.device;
+  const name = node("td", d.device, "name");
+  if (self) name.append(node("span", "this browser", "tag"));
+  const seen = node("td", ago(d.last_seen), "seen");
+  seen.title = new Date(d.last_seen).toLocaleString();
+  const push = d.push_kind === "none" ? node("td", "none", "push none") : node("td", d.push_kind, "push");
+  const fp = d.identity_key ? node("td", await fingerprint(decodeBase64(d.identity_key)), "fingerprint") : node("td", "no key", "fingerprint none");
+  const action = node("td", "", "action");
+  if (!self) {
+    const b = node("button", "Remove", "remove");
+    b.type = "button";
+    b.addEventListener("click", () => confirmRemove(d.device));
+    action.append(b);
+  }
+  tr.append(name, seen, push, fp, action);
+  return tr;
+}
+
+let removing = "";
+
+function confirmRemove(device: string): void {
+  removing = device;
+  el("confirm-device").textContent = device;
+  el<HTMLDialogElement>("confirm").showModal();
+}
+
+async function remove(): Promise<void> {
+  const device = removing;
+  el<HTMLDialogElement>("confirm").close();
+  if (!client || !device) return;
+  try {
+    await client.removeDevice(device);
+    say("devices-error", "");
+  } catch (e) {
+    say("devices-error", `${device} could not be removed: ${describe(e)}`);
+  }
+  await refresh();
+}
+
+async function invite(ev: SubmitEvent): Promise<void> {
+  ev.preventDefault();
+  if (!client) return;
+  const device = el<HTMLInputElement>("invite-device").value.trim();
+  const scope = el<HTMLInputElement>("invite-admin").checked ? "admin" : "device";
+  let inv: InvitationResponse;
+  try {
+    inv = await client.invite(device, { scope });
+  } catch (e) {
+    say("invite-error", `The invitation failed: ${describe(e)}`);
+    return;
+  }
+  say("invite-error", "");
+  el("inv-device").textContent = scope === "admin" ? `${inv.device} (admin)` : inv.device;
+  el("inv-code").textContent = inv.code;
+  el("inv-expires").textContent = until(inv.expires_at);
+  el("inv-command").textContent = `relay pair -url ${base} -code ${inv.code} -store ${inv.device}.json`;
+  el("inv-link").textContent = inv.url;
+  const img = el<HTMLImageElement>("qr");
+  if (qrURL) URL.revokeObjectURL(qrURL);
+  qrURL = undefined;
+  img.removeAttribute("src");
+  show("invitation", true);
+  try {
+    qrURL = await qrCode(inv.code);
+    img.src = qrURL;
+  } catch (e) {
+    say("invite-error", `The QR code could not be made: ${describe(e)}`);
+  }
+}
+
+/**
+ * The relay draws the QR code of the invitation's link (POST /console/qr,
+ * admin token, the code in the body: never in a URL), as an SVG that the
+ * page shows through an object URL.
+ */
+async function qrCode(code: string): Promise<string> {
+  const c = creds;
+  if (!c) throw new Error("not paired");
+  const post = (tok: string) =>
+    fetch(`${base}/console/qr`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${tok}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ code }),
+      redirect: "error",
+      cache: "no-store",
+    });
+  let tok = await c.token();
+  let resp = await post(tok);
+  if (resp.status === 401) {
+    tok = await c.refused(tok);
+    resp = await post(tok);
+  }
+  if (resp.status !== 200) throw new Error(`the relay answered ${resp.status}`);
+  return URL.createObjectURL(await resp.blob());
+}
+
+async function submitPair(ev: SubmitEvent): Promise<void> {
+  ev.preventDefault();
+  const button = el<HTMLButtonElement>("pair-submit");
+  button.disabled = true;
+  say("pair-error", "");
+  try {
+    await pair(base, el<HTMLInputElement>("code").value, { store });
+  } catch (e) {
+    const why = e instanceof RelayError && e.status === 401 ? "The code is not valid: mistyped, used, replaced or expired." : describe(e);
+    say("pair-error", why);
+    return;
+  } finally {
+    button.disabled = false;
+  }
+  say("notice", "");
+  await open();
+}
+
+async function start(): Promise<void> {
+  el<HTMLFormElement>("pair-form").addEventListener("submit", (ev) => void submitPair(ev));
+  el<HTMLFormElement>("invite-form").addEventListener("submit", (ev) => void invite(ev));
+  el("refresh").addEventListener("click", () => void refresh());
+  el("confirm-remove").addEventListener("click", () => void remove());
+  el("confirm-cancel").addEventListener("click", () => el<HTMLDialogElement>("confirm").close());
+  el("forget").addEventListener("click", () => {
+    forget();
+    showPair("", "This browser's credentials are forgotten. To remove it from the household too, remove it from another admin device.");
+  });
+  const code = takePairCode();
+  if ((await store.load()) === undefined) {
+    showPair(code);
+    return;
+  }
+  if (code) say("notice", "This browser is paired already; the link's code was not used. Open it on the device it was made for.");
+  await open();
+}
+
+start().catch((e) => say("notice", `The console failed to start: ${describe(e)}`));
