@@ -111,7 +111,7 @@ func build(t *testing.T) map[string][]byte {
 	}
 
 	files := map[string][]byte{}
-	for _, name := range []string{"index.html", "console.css"} {
+	for _, name := range []string{"index.html", "console.css", "favicon.svg"} {
 		files[name] = read(t, filepath.Join(web, name))
 	}
 	files["console.js"] = read(t, filepath.Join(out, "console.js"))

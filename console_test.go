@@ -1,0 +1,186 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	qrcode "github.com/skip2/go-qrcode"
+
+	"github.com/flamenet/relay/console"
+	"github.com/flamenet/relay/internal/servicetest"
+)
+
+// consoleShots is where go test . -run TestConsole -update writes the
+// console's screenshots, which the README shows.
+const consoleShots = "docs/console"
+
+// TestConsole drives the household console in headless Chromium through
+// its whole story, on a relay (SQLite, FN_CONSOLE=true) over a real
+// socket, with the real command line beside it: relay invite makes an
+// admin code, the page pairs the browser with it, invites a phone and
+// shows its code, expiry and QR code; relay pair pairs the phone with
+// the code read off the page, a laptop sends to it and it listens; the
+// page lists it, seen just now, with the fingerprint relay pair printed,
+// and removes it after a confirmation, after which the relay lists it no
+// more. The page logs no error (a policy violation would be one), keeps
+// no token or code in its address, and the relay's log holds neither
+// code. With -update the screenshots are written to docs/console/;
+// otherwise they are only checked to be whole PNGs.
+func TestConsole(t *testing.T) {
+	b := servicetest.Chromium(t, 1000, 600)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "issuer.key")
+	p := start(t, map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": keyFile,
+		"FN_CONSOLE":         "true",
+		"FN_LOG_LEVEL":       "debug",
+	})
+	base := "http://" + p.addr
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(relayBin, args...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("relay %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	shot := func(name string) {
+		t.Helper()
+		var height int
+		b.Eval(`document.documentElement.scrollHeight`, &height)
+		b.Resize(1000, max(height, 480))
+		shot := b.Screenshot()
+		img, err := png.Decode(bytes.NewReader(shot))
+		if err != nil || img.Bounds().Dx() != 1000 {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if *update {
+			if err := os.MkdirAll(consoleShots, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(consoleShots, name+".png"), shot, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	js := func(s string) string {
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	codeRE := regexp.MustCompile(`(?m)^  code: +(\S+)$`)
+
+	// The admin's invitation for the browser, from the command line.
+	m := codeRE.FindStringSubmatch(cli("invite", "-household", "home", "-device", "browser", "-scope", "admin", "-url", base, "-issuer-key-file", keyFile))
+	if m == nil {
+		t.Fatal("relay invite printed no code")
+	}
+	adminCode := m[1]
+
+	b.Navigate(base + "/console/")
+	b.WaitFor("the pairing form", `!document.getElementById("pair").hidden`)
+	b.Eval(`document.getElementById("code").value = `+js(adminCode), nil)
+	shot("pair")
+	b.Eval(`document.getElementById("pair-form").requestSubmit()`, nil)
+	b.WaitFor("the household's devices", `document.querySelector('#device-rows tr[data-device="browser"]')`)
+	var stored struct{ Household, Device, Scope, URL string }
+	b.Eval(`JSON.parse(localStorage.getItem("relay-console"))`, &stored)
+	if stored.Household != "home" || stored.Device != "browser" || stored.Scope != "admin" || stored.URL != base {
+		t.Errorf("the browser's stored credentials: %+v", stored)
+	}
+
+	// The page invites the phone; its code is read off the page.
+	b.Eval(`document.getElementById("invite-device").value = "phone"; document.getElementById("invite-form").requestSubmit()`, nil)
+	b.WaitFor("the invitation and its QR code", `document.getElementById("inv-code").textContent && document.getElementById("qr").complete && document.getElementById("qr").naturalWidth > 0`)
+	var inv struct {
+		Code, Expires, Command, Link string
+		QR                           int
+	}
+	b.Eval(`({code: document.getElementById("inv-code").textContent, expires: document.getElementById("inv-expires").textContent,
+		command: document.getElementById("inv-command").textContent, link: document.getElementById("inv-link").textContent,
+		qr: document.getElementById("qr").naturalWidth})`, &inv)
+	if !regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{5}-[0-9A-HJKMNP-TV-Z]{5}$`).MatchString(inv.Code) || inv.Link != base+"/console/#pair="+inv.Code ||
+		!regexp.MustCompile(`\(in (9|10) minutes\)$`).MatchString(inv.Expires) ||
+		inv.Command != "relay pair -url "+base+" -code "+inv.Code+" -store phone.json" {
+		t.Fatalf("the invitation on the page: %+v", inv)
+	}
+	q, err := qrcode.New(inv.Link, qrcode.Medium)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(q.Bitmap()) * console.ModulePixels; inv.QR != want {
+		t.Errorf("the QR code is %d pixels wide, the link's is %d", inv.QR, want)
+	}
+	shot("invite")
+
+	// The phone pairs with the command line, and a laptop sends to it.
+	paired := cli("pair", "-url", base, "-code", inv.Code, "-store", filepath.Join(dir, "phone.json"), "-identity", filepath.Join(dir, "phone.key"))
+	fp := regexp.MustCompile(`(?m)^fingerprint: (.+)$`).FindStringSubmatch(paired)
+	if fp == nil {
+		t.Fatalf("relay pair printed no fingerprint:\n%s", paired)
+	}
+	laptop := strings.TrimSpace(cli("token", "-issuer-key-file", keyFile, "-household", "home", "-device", "laptop"))
+	cli("send", "-url", base, "-token", laptop, "-to", "phone", "hello, phone")
+	if got := cli("listen", "-store", filepath.Join(dir, "phone.json"), "-count", "1"); !strings.Contains(got, `"payload":"aGVsbG8sIHBob25l"`) {
+		t.Errorf("the phone received %s", got)
+	}
+
+	b.Eval(`document.getElementById("refresh").click()`, nil)
+	b.WaitFor("the phone, seen just now, with its fingerprint", `(() => {
+		const r = document.querySelector('#device-rows tr[data-device="phone"]');
+		return r && r.querySelector(".seen").textContent === "just now" && r.querySelector(".fingerprint").textContent === `+js(fp[1])+`;
+	})()`)
+	shot("devices")
+
+	// Removed after a confirmation.
+	b.Eval(`document.querySelector('#device-rows tr[data-device="phone"] button.remove').click()`, nil)
+	b.WaitFor("the confirmation", `document.getElementById("confirm").open`)
+	var listed bool
+	b.Eval(`!!document.querySelector('#device-rows tr[data-device="phone"]')`, &listed)
+	if !listed {
+		t.Fatal("the phone went before the removal was confirmed")
+	}
+	shot("remove")
+	b.Eval(`document.getElementById("confirm-remove").click()`, nil)
+	b.WaitFor("the phone gone", `!document.querySelector('#device-rows tr[data-device="phone"]') && document.querySelector('#device-rows tr[data-device="browser"]')`)
+	status, body := request(t, "GET", base+"/v1/devices", laptop, "")
+	if status != http.StatusOK || bytes.Contains(body, []byte(`"phone"`)) || !bytes.Contains(body, []byte(`"browser"`)) {
+		t.Errorf("the relay's directory after the removal: %d %s", status, body)
+	}
+
+	var href string
+	b.Eval(`location.href`, &href)
+	if href != base+"/console/" {
+		t.Errorf("the page's address is %s", href)
+	}
+	if errs := b.Errors(); len(errs) > 0 {
+		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
+	}
+	if _, err := p.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	logs := p.logs()
+	for _, c := range []string{adminCode, inv.Code, strings.ReplaceAll(inv.Code, "-", "")} {
+		if strings.Contains(logs, c) {
+			t.Errorf("the relay's log holds the code %s", c)
+		}
+	}
+	for _, route := range []string{"route=/console/*", "route=/console/qr", "route=/v1/invitations", "route=/v1/pair"} {
+		if !strings.Contains(logs, route+" ") {
+			t.Errorf("no access line with %s:\n%s", route, logs)
+		}
+	}
+}
