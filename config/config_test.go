@@ -45,6 +45,8 @@ func TestBadValueNamesItsSource(t *testing.T) {
 		{[]string{"-database-url", "mysql://x"}, nil, "-database-url", "FN_DATABASE_URL"},
 		{[]string{"-no-such-flag", "1"}, nil, "-no-such-flag", "\n"},
 		{nil, map[string]string{"FN_RELAY_REPLICAS": "2"}, "FN_REDIS_URL", "\n"},
+		{nil, map[string]string{"FN_CONSOLE": "yes please"}, "FN_CONSOLE", "\n"},
+		{[]string{"-console", "true"}, map[string]string{"FN_ISSUER_KEYS": "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="}, "FN_CONSOLE", "\n"},
 	} {
 		_, err := load(tt.args, tt.vars)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tt.not) || strings.Contains(err.Error(), "\n") {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/console"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -131,6 +133,8 @@ func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
 		t.Errorf("%s opened %d connections to the relay for 8 requests in a row: no keep-alive upstream", p.name, n)
 	}
 
+	checkConsole(t, p.name, client, base, rl.token(t, "admin", "-scope", "admin"))
+
 	// The 60 s poll: held to its end and answered by the relay.
 	long := make(chan reply, 1)
 	go func() {
@@ -199,6 +203,35 @@ func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
 	}
 	if !sawLong || !sawWoken {
 		t.Errorf("access lines through %s lack a poll: %v", p.name, lines)
+	}
+}
+
+// checkConsole: the household console (FN_CONSOLE) works through the
+// proxy: its page and modules arrive with their security headers, and
+// the pairing link of an invitation made through it, and its QR code,
+// name the proxy's https origin (X-Forwarded-Proto from a trusted proxy).
+func checkConsole(t *testing.T, name string, client *http.Client, base, admin string) {
+	t.Helper()
+	for path, ct := range map[string]string{"/console/": "text/html", "/console/console.js": "text/javascript", "/console/client/credentials.js": "text/javascript"} {
+		r := do(t, client, "GET", base+path, "", "", nil)
+		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), ct) ||
+			r.header.Get("Content-Security-Policy") != console.Policy || r.header.Get("X-Frame-Options") != "DENY" ||
+			r.header.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("GET %s through %s: %d %v", path, name, r.status, r.header)
+		}
+	}
+	r := do(t, client, "POST", base+"/v1/invitations", admin, `{"device":"phone"}`, nil)
+	var inv struct{ Code, URL string }
+	if r.status != http.StatusCreated || json.Unmarshal(r.body, &inv) != nil || inv.URL != base+"/console/#pair="+inv.Code {
+		t.Fatalf("an invitation through %s: %d %s (want its link on %s)", name, r.status, r.body, base)
+	}
+	r = do(t, client, "POST", base+"/console/qr", admin, `{"code":"`+inv.Code+`"}`, nil)
+	want, err := console.QR(inv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusOK || !bytes.Equal(r.body, want) {
+		t.Errorf("the QR code through %s: %d %.200s", name, r.status, r.body)
 	}
 }
 
@@ -349,6 +382,7 @@ func startRelay(t *testing.T, bin, dir string) *relayProc {
 		"FN_LOG_FORMAT=json",
 		"FN_SHUTDOWN_GRACE=2s",
 		"FN_TRUSTED_PROXIES=127.0.0.1/32",
+		"FN_CONSOLE=true",
 	}
 	cmd.Stdout, cmd.Stderr = io.Discard, r.log
 	if err := cmd.Start(); err != nil {
@@ -373,9 +407,11 @@ func startRelay(t *testing.T, bin, dir string) *relayProc {
 	return r
 }
 
-// token mints a device token of household "home" with the relay's key.
-func (r *relayProc) token(t *testing.T, device string) string {
-	out, err := exec.Command(r.bin, "token", "-issuer-key-file", filepath.Join(r.dir, "issuer.key"), "-household", "home", "-device", device).Output()
+// token mints a device token of household "home" with the relay's key,
+// with relay token's further flags.
+func (r *relayProc) token(t *testing.T, device string, flags ...string) string {
+	args := append([]string{"token", "-issuer-key-file", filepath.Join(r.dir, "issuer.key"), "-household", "home", "-device", device}, flags...)
+	out, err := exec.Command(r.bin, args...).Output()
 	if err != nil {
 		t.Fatalf("relay token: %v", err)
 	}
@@ -433,6 +469,7 @@ func (r *relayProc) accessLines(t *testing.T) []map[string]any {
 
 type reply struct {
 	status int
+	header http.Header
 	body   []byte
 	took   time.Duration
 	at     time.Time
@@ -465,7 +502,7 @@ func do(t *testing.T, c *http.Client, method, url, tok, body string, h http.Head
 	if err != nil {
 		return reply{body: []byte(err.Error())}
 	}
-	return reply{status: resp.StatusCode, body: b}
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir and
@@ -594,7 +631,7 @@ var proxyBreakage = []breakage{
 	{nginxSample, "proxy_read_timeout", nil, "proxy_read_timeout"},
 	{nginxSample, "proxy_buffering", nil, "proxy_buffering"},
 	{nginxSample, "proxy_http_version", nil, "proxy_http_version"},
-	{nginxSample, "proxy_set_header", []any{"Host $host", "X-Forwarded-For $remote_addr"}, "Connection"},
+	{nginxSample, "proxy_set_header", []any{"Host $http_host", "X-Forwarded-For $remote_addr"}, "Connection"},
 	{nginxSample, "proxy_set_header", []any{`Connection ""`}, "X-Forwarded-For"},
 	{nginxSample, "keepalive", nil, "keepalive"},
 	{nginxSample, "server", []any{"127.0.0.1:9090"}, "FN_LISTEN"},
