@@ -44,7 +44,39 @@ var (
 	// caller's credential was issued (see IssuedAt in RegisterParams and
 	// AckParams); nothing was created or changed.
 	ErrRemoved = errors.New("store: device removed after the credential was issued")
+	// ErrStaleEpoch: an acknowledgement was taken in another epoch than
+	// the store's current one (see History); nothing was applied. The
+	// error is a *StaleEpochError, which carries the current epoch.
+	ErrStaleEpoch = errors.New("store: acknowledgement of another epoch")
 )
+
+// StaleEpochError reports the store's current epoch to an acknowledgement
+// taken in another.
+type StaleEpochError struct {
+	Epoch string
+}
+
+func (e *StaleEpochError) Error() string {
+	return fmt.Sprintf("store: acknowledgement of another epoch than the current %q", e.Epoch)
+}
+
+func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+
+// History says which history of the store a relay is talking to.
+//
+// Epoch changes whenever the store's history may have gone back (a restore
+// of an older copy, a failover to a standby that may lack the last
+// commits): every seq a device was given belongs to the epoch current when
+// it was given, and a cursor of one epoch means nothing in another. It is
+// 16 characters of base64url.
+//
+// Instance changes whenever the store's server or file changed at all,
+// even when its history did not (a failover to a synchronous standby, a
+// restart): what a relay remembers of the store is read again then.
+type History struct {
+	Epoch    string
+	Instance string
+}
 
 // CursorAheadError reports the highest seq the device was ever given.
 type CursorAheadError struct {
@@ -101,6 +133,9 @@ type Device struct {
 	Head         int64 // highest seq ever given
 	RegisteredAt time.Time
 	LastSeen     time.Time
+	// Epoch is the store's epoch as of the registration; set by Register
+	// only.
+	Epoch string
 }
 
 // RegisterParams creates or updates a device. A nil field leaves the stored
@@ -189,6 +224,10 @@ type AckParams struct {
 	// RegisterParams: a device removed at or after it is neither created
 	// nor acknowledged for (ErrRemoved).
 	IssuedAt time.Time
+	// Epoch is the store's epoch the cursor was taken in (see History);
+	// empty: not checked. If it is not the current one, nothing is
+	// acknowledged and the error is a *StaleEpochError.
+	Epoch string
 }
 
 // Ack is one entry of an AckMany batch.
@@ -205,6 +244,17 @@ type Ack struct {
 	// earlier life of the name and is skipped: it must not acknowledge
 	// what a new registration is owed.
 	Life device.Life
+	// Epoch is the store's epoch the ack was taken in (see History);
+	// empty: not checked. An ack of another epoch than the current one
+	// is skipped and counted as stale: its cursor counts seqs of a
+	// history the store no longer holds.
+	Epoch string
+}
+
+// AckManyResult is what an AckMany did.
+type AckManyResult struct {
+	Deleted int64 // envelopes deleted
+	Stale   int   // acks skipped for being of another epoch
 }
 
 // DeviceState is where a device stands, read without writing anything.
@@ -213,6 +263,7 @@ type DeviceState struct {
 	Cursor int64       // zero when the device does not exist
 	Head   int64       // zero when the device does not exist
 	Life   device.Life // begun by the device's last removal
+	Epoch  string      // the store's epoch, read in the same statement
 }
 
 // Position is where a device stands after an ack.
@@ -220,6 +271,7 @@ type Position struct {
 	Cursor int64 // stored cursor
 	Head   int64 // highest seq ever given
 	Acked  int64 // envelopes this ack deleted
+	Epoch  string // the store's epoch the position is of
 }
 
 // FetchParams reads envelopes above After.
@@ -251,6 +303,8 @@ type Batch struct {
 	// registered again since, and refuse them to a token issued before
 	// the removal.
 	Life device.Life
+	// Epoch is the store's epoch, read in the same snapshot.
+	Epoch string
 }
 
 // ListParams pages through a household's directory by device name.
@@ -324,8 +378,10 @@ type Store interface {
 	//
 	// An ack names one life of a device through Life: one queued before
 	// a removal the caller had not heard of is skipped, even if the name
-	// was registered again meanwhile.
-	AckMany(ctx context.Context, acks []Ack) (deleted int64, err error)
+	// was registered again meanwhile. An ack names the epoch it was taken
+	// in: one of another epoch than the current one is skipped too, and
+	// counted as stale, in the same transaction that applies the others.
+	AckMany(ctx context.Context, acks []Ack) (AckManyResult, error)
 	// State reads where a device stands without writing anything.
 	State(ctx context.Context, household, device string) (DeviceState, error)
 	// Fetch reads ids and sizes above p.After first, then loads only the
@@ -365,6 +421,8 @@ type Store interface {
 	// RenewParams.Grace; the revocation that reuse brings is committed
 	// before the refusal returns).
 	Renew(ctx context.Context, p RenewParams) (Grant, error)
+	// History reads the store's epoch and instance (see History).
+	History(ctx context.Context) (History, error)
 	// Ping checks the database on a connection of its own, not the pool's.
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.

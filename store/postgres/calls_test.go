@@ -142,7 +142,9 @@ func TestAckManySeesSendItWaitedFor(t *testing.T) {
 	var deleted int64
 	go func() {
 		var err error
-		deleted, err = db.AckMany(ctx, []store.Ack{{Household: "home", Device: "a", Cursor: math.MaxInt64}})
+		var res store.AckManyResult
+		res, err = db.AckMany(ctx, []store.Ack{{Household: "home", Device: "a", Cursor: math.MaxInt64}})
+		deleted = res.Deleted
 		done <- err
 	}()
 	blockedBy(t, db, holder.PgConn().PID())

@@ -54,7 +54,7 @@ ON CONFLICT (household, name) DO UPDATE SET
     push_address = coalesce($5, d.push_address),
     last_seen    = GREATEST(d.last_seen, $6)
 WHERE ` + sqlAdmitted("$7") + `
-RETURNING ` + deviceColumns
+RETURNING ` + deviceColumns + `, (` + sqlEpoch + `)`
 
 // Register creates the device or updates its push target and identity key.
 func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
@@ -72,7 +72,14 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	b := &pgx.Batch{}
 	b.Queue(sqlLockName, p.Household, p.Device)
 	b.Queue(sqlRegister, p.Household, p.Device, key, kind, addr, micro(p.Now), issued(p.IssuedAt)).Query(func(rows pgx.Rows) error {
-		ds, err := pgx.CollectRows(rows, scanDevice)
+		ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Device, error) {
+			var d store.Device
+			var epoch *string
+			err := row.Scan(&d.Household, &d.Name, &d.IdentityKey, &d.Push.Kind, &d.Push.Address,
+				&d.Cursor, &d.Head, &d.RegisteredAt, &d.LastSeen, &epoch)
+			d.RegisteredAt, d.LastSeen, d.Epoch = d.RegisteredAt.UTC(), d.LastSeen.UTC(), str(epoch)
+			return d, err
+		})
 		if len(ds) == 1 {
 			d, found = ds[0], true
 		}

@@ -86,8 +86,8 @@ func TestExplain(t *testing.T) {
 		{"Poll, first read: seqs and sizes, and the last removal", sqlSizes, []any{"h07", "d17", int64(4), int64(1001)}, []string{"envelopes_pkey", "removals_pkey"}},
 		{"Poll, second read: the payloads inside the budget, and the last removal", sqlPayloads, []any{"h07", "d17", int64(4), int64(12)}, []string{"envelopes_pkey", "removals_pkey"}},
 		{"State: position and last removal", sqlState, []any{"h07", "d17"}, []string{"devices_pkey", "removals_pkey"}},
-		{"Ack: move the cursor (locks the device row first)", sqlMoveCursor, []any{"h07", "d17", int64(12), now}, []string{"devices_pkey"}},
-		{"Ack: delete the acknowledged range, adjust the counters", sqlDeleteAcked, []any{"h07", "d17", int64(4), int64(12)}, []string{"envelopes_pkey", "devices_pkey"}},
+		{"Ack: move the cursor (locks the device row first)", sqlMoveCursor, []any{"h07", "d17", int64(12), now, ""}, []string{"devices_pkey"}},
+		{"Ack: delete the acknowledged range, adjust the counters", sqlDeleteAcked, []any{"h07", "d17", int64(4), int64(12), ""}, []string{"envelopes_pkey", "devices_pkey"}},
 		{"Expire: pick a batch of old envelopes", sqlExpiredEnvelopes, []any{t0.Add(time.Minute), 1000}, []string{"envelopes_sent_at"}},
 		{"Expire: page through old send records", sqlExpireSends, []any{t0.Add(time.Minute), time.Time{}, int64(0), 1000}, []string{"sends_created_at", "envelopes_send_ref"}},
 	}
@@ -116,7 +116,8 @@ func TestExplain(t *testing.T) {
 			[]string{"d17", "d42", "d03", "d17", "ghost"},
 			[]int64{12, 3, 20, 8, 1},
 			[]*time.Time{&now, nil, &now, &now, &now},
-			[]*time.Time{nil, nil, &now, nil, nil}}},
+			[]*time.Time{nil, nil, &now, nil, nil},
+			[]string{"", "", "", "", ""}}},
 	}
 	plans := explainCalls(t, db, calls)
 	for _, p := range plans {

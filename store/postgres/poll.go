@@ -21,9 +21,10 @@ const lastSeenEvery = time.Minute
 // key's index (which includes size), one more row than the limit so that
 // "more" needs no second query. It also reads the device's last removal,
 // and returns it on a row of its own (seq NULL) when no envelope waits.
-const sqlSizes = `
-SELECT r.removed_at, e.seq, e.size
-FROM (SELECT (SELECT removed_at FROM removals WHERE household = $1 AND device = $2) AS removed_at) r
+var sqlSizes = `
+SELECT r.removed_at, r.epoch, e.seq, e.size
+FROM (SELECT (SELECT removed_at FROM removals WHERE household = $1 AND device = $2) AS removed_at,
+             (`+sqlEpoch+`) AS epoch) r
 LEFT JOIN LATERAL (
     SELECT seq, size FROM envelopes
     WHERE household = $1 AND device = $2 AND seq > $3
@@ -34,10 +35,10 @@ ORDER BY e.seq`
 // sqlPayloads loads the rows the budget admitted, a range of the same
 // index, and reads the device's last removal in the same snapshot: a row
 // of a device registered again since the first read comes with its
-// removal.
-const sqlPayloads = `
+// removal, and the epoch.
+var sqlPayloads = `
 SELECT seq, send_id, sender, sent_at, payload,
-       (SELECT removed_at FROM removals WHERE household = $1 AND device = $2)
+       (SELECT removed_at FROM removals WHERE household = $1 AND device = $2), (` + sqlEpoch + `)
 FROM envelopes
 WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4
 ORDER BY seq`
@@ -57,9 +58,10 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 	var (
 		list      []sized
 		removedAt *time.Time
+		epoch     *string
 		seq, size *int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&removedAt, &seq, &size}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&removedAt, &epoch, &seq, &size}, func() error {
 		if seq != nil {
 			list = append(list, sized{*seq, *size})
 		}
@@ -80,7 +82,7 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		n++
 		total += s.size
 	}
-	batch := store.Batch{More: n < len(list), Life: device.LifeAfter(utc(removedAt))}
+	batch := store.Batch{More: n < len(list), Life: device.LifeAfter(utc(removedAt)), Epoch: str(epoch)}
 	if n == 0 {
 		return batch, nil
 	}
@@ -92,11 +94,12 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		return store.Batch{}, classify("fetch: payloads", err)
 	}
 	var e store.Envelope
-	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.ID, &e.From, &e.SentAt, &e.Payload, &removedAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&e.Seq, &e.ID, &e.From, &e.SentAt, &e.Payload, &removedAt, &epoch}, func() error {
 		e.SentAt = e.SentAt.UTC()
 		batch.Envelopes = append(batch.Envelopes, e)
 		e = store.Envelope{} // Scan reuses the payload slice otherwise
 		batch.Life = device.LifeAfter(utc(removedAt))
+		batch.Epoch = str(epoch)
 		return nil
 	})
 	if err != nil {
@@ -113,10 +116,21 @@ func utc(t *time.Time) time.Time {
 	return t.UTC()
 }
 
-// sqlState reads a device's position and last removal in one statement:
-// one row whether or not the device exists.
+// str returns *s, or "" for NULL.
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// sqlEpoch reads the store's epoch (migration 0005), as a subquery.
+const sqlEpoch = `SELECT epoch FROM store_epoch WHERE id = 1`
+
+// sqlState reads a device's position, last removal and the epoch in one
+// statement: one row whether or not the device exists.
 const sqlState = `
-SELECT d.cursor, d.head, (SELECT removed_at FROM removals WHERE household = $1 AND device = $2)
+SELECT d.cursor, d.head, (SELECT removed_at FROM removals WHERE household = $1 AND device = $2), (` + sqlEpoch + `)
 FROM (VALUES (1)) AS one (x)
 LEFT JOIN devices d ON d.household = $1 AND d.name = $2`
 
@@ -125,11 +139,12 @@ func (db *DB) State(ctx context.Context, household, name string) (store.DeviceSt
 	var (
 		cursor, head *int64
 		removedAt    *time.Time
+		epoch        *string
 	)
-	if err := db.pool.QueryRow(ctx, sqlState, household, name).Scan(&cursor, &head, &removedAt); err != nil {
+	if err := db.pool.QueryRow(ctx, sqlState, household, name).Scan(&cursor, &head, &removedAt, &epoch); err != nil {
 		return store.DeviceState{}, classify("state", err)
 	}
-	st := store.DeviceState{Exists: cursor != nil, Life: device.LifeAfter(utc(removedAt))}
+	st := store.DeviceState{Exists: cursor != nil, Life: device.LifeAfter(utc(removedAt)), Epoch: str(epoch)}
 	if st.Exists {
 		st.Cursor, st.Head = *cursor, *head
 	}
@@ -138,21 +153,39 @@ func (db *DB) State(ctx context.Context, household, name string) (store.DeviceSt
 
 // sqlAckMany is a batch of acks: relay_ack_many (migration 0002) locks the
 // devices that exist in (household, name) order, then deletes what the new
-// cursors cover and moves cursors, counters and last_seen, in one call.
-const sqlAckMany = `SELECT relay_ack_many($1, $2, $3, $4, $5)`
+// cursors cover and moves cursors, counters and last_seen, in one call. It
+// is given only the acks of the current epoch, read in the same statement
+// (the epoch changes only on a new server, whose connections all checked
+// it before running anything: no ack meets a change in flight); the
+// others are counted.
+const sqlAckMany = `
+WITH a AS (
+    SELECT u.*, (u.epoch = '' OR u.epoch = (SELECT epoch FROM store_epoch WHERE id = 1)) AS current
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[], $6::text[])
+        AS u(household, device, cursor, seen, removed, epoch)
+)
+SELECT relay_ack_many(
+           coalesce(array_agg(household) FILTER (WHERE current), '{}'),
+           coalesce(array_agg(device) FILTER (WHERE current), '{}'),
+           coalesce(array_agg(cursor) FILTER (WHERE current), '{}'),
+           coalesce(array_agg(seen) FILTER (WHERE current), '{}'),
+           coalesce(array_agg(removed) FILTER (WHERE current), '{}')),
+       count(*) FILTER (WHERE NOT current)
+FROM a`
 
 // AckMany applies a batch of acks in one statement, one round trip.
-func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
+func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error) {
 	if len(acks) == 0 {
-		return 0, nil
+		return store.AckManyResult{}, nil
 	}
 	households := make([]string, len(acks))
 	devices := make([]string, len(acks))
 	cursors := make([]int64, len(acks))
 	seen := make([]pgtype.Timestamptz, len(acks))
 	removed := make([]pgtype.Timestamptz, len(acks))
+	epochs := make([]string, len(acks))
 	for i, a := range acks {
-		households[i], devices[i], cursors[i] = a.Household, a.Device, a.Cursor
+		households[i], devices[i], cursors[i], epochs[i] = a.Household, a.Device, a.Cursor, a.Epoch
 		if !a.Seen.IsZero() {
 			seen[i] = pgtype.Timestamptz{Time: micro(a.Seen), Valid: true}
 		}
@@ -160,17 +193,21 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 			removed[i] = pgtype.Timestamptz{Time: micro(at), Valid: true}
 		}
 	}
-	var deleted int64
-	if err := db.pool.QueryRow(ctx, sqlAckMany, households, devices, cursors, seen, removed).Scan(&deleted); err != nil {
-		return 0, classify("ack many", err)
+	var (
+		res   store.AckManyResult
+		stale int64
+	)
+	if err := db.pool.QueryRow(ctx, sqlAckMany, households, devices, cursors, seen, removed, epochs).Scan(&res.Deleted, &stale); err != nil {
+		return store.AckManyResult{}, classify("ack many", err)
 	}
-	return deleted, nil
+	res.Stale = int(stale)
+	return res, nil
 }
 
 // sqlPosition reads a device's position, and whether the credential
 // issued at $3 may act on it.
 var sqlPosition = `
-SELECT cursor, head, last_seen, ` + sqlAdmitted("$3") + ` FROM devices
+SELECT cursor, head, last_seen, ` + sqlAdmitted("$3") + `, (` + sqlEpoch + `) FROM devices
 WHERE household = $1 AND name = $2`
 
 // sqlCreateDevice is a device's implicit registration by its first poll
@@ -183,21 +220,25 @@ SELECT $1, $2, $3::timestamptz, $3::timestamptz
 WHERE ` + sqlAdmitted("$4") + `
 ON CONFLICT (household, name) DO NOTHING`
 
+// sqlCurrentEpoch is true when the epoch $5 is empty (not checked) or the
+// current one: an ack's writes are conditional on it, in their statements.
+const sqlCurrentEpoch = `EXISTS (SELECT 1 FROM store_epoch WHERE id = 1 AND ($5 = '' OR epoch = $5))`
+
 // sqlMoveCursor locks the device row first: whoever deletes a device's
 // envelopes holds its row, so envelope deletions never wait on each other
 // in different orders (see docs/FANOUT.md).
 const sqlMoveCursor = `
 UPDATE devices
 SET cursor = GREATEST(cursor, $3), last_seen = GREATEST(last_seen, $4)
-WHERE household = $1 AND name = $2
+WHERE household = $1 AND name = $2 AND ` + sqlCurrentEpoch + `
 RETURNING cursor, head`
 
 // sqlDeleteAcked deletes the newly acknowledged range and takes it off the
 // pending counters. Rows below the old cursor went when it moved there.
-const sqlDeleteAcked = `
+var sqlDeleteAcked = `
 WITH gone AS (
     DELETE FROM envelopes
-    WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4
+    WHERE household = $1 AND device = $2 AND seq > $3 AND seq <= $4 AND ` + sqlCurrentEpoch + `
     RETURNING size
 )
 UPDATE devices
@@ -216,9 +257,10 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 		pos      store.Position
 		lastSeen time.Time
 		admitted bool
+		epoch    *string
 	)
 	cred := issued(p.IssuedAt)
-	err := db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted)
+	err := db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted, &epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		b := &pgx.Batch{}
 		b.Queue(sqlLockName, p.Household, p.Device)
@@ -230,7 +272,7 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 		}
 		// Read again: a concurrent register may have won, with its own
 		// row, or the removal check kept the device out.
-		err = db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted)
+		err = db.pool.QueryRow(ctx, sqlPosition, p.Household, p.Device, cred).Scan(&pos.Cursor, &pos.Head, &lastSeen, &admitted, &epoch)
 		if errors.Is(err, pgx.ErrNoRows) {
 			admitted = false
 			err = nil
@@ -242,6 +284,10 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	if !admitted {
 		return store.Position{}, fmt.Errorf("postgres: ack %q: %w", p.Device, store.ErrRemoved)
 	}
+	pos.Epoch = str(epoch)
+	if p.Epoch != "" && p.Epoch != pos.Epoch {
+		return pos, fmt.Errorf("postgres: ack: %w", &store.StaleEpochError{Epoch: pos.Epoch})
+	}
 	// head only grows, so a cursor within this head stays within it.
 	if p.Cursor > pos.Head {
 		return pos, fmt.Errorf("postgres: ack: %w", &store.CursorAheadError{Head: pos.Head})
@@ -252,11 +298,17 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(sqlMoveCursor, p.Household, p.Device, max(p.Cursor, 0), now).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pos.Cursor, &pos.Head)
+	stale := false
+	b.Queue(sqlMoveCursor, p.Household, p.Device, max(p.Cursor, 0), now, p.Epoch).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&pos.Cursor, &pos.Head)
+		if errors.Is(err, pgx.ErrNoRows) && p.Epoch != "" {
+			stale = true // the epoch changed since the read: nothing moved
+			return nil
+		}
+		return err
 	})
 	if moves {
-		b.Queue(sqlDeleteAcked, p.Household, p.Device, pos.Cursor, p.Cursor).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlDeleteAcked, p.Household, p.Device, pos.Cursor, p.Cursor, p.Epoch).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&pos.Acked)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil // the device went away meanwhile: nothing deleted
@@ -268,6 +320,13 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	// and the deletion commit together or not at all.
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.Position{}, classify("ack: write", err)
+	}
+	if stale {
+		st, err := db.State(ctx, p.Household, p.Device)
+		if err != nil {
+			return store.Position{}, err
+		}
+		return store.Position{Cursor: st.Cursor, Head: st.Head, Epoch: st.Epoch}, fmt.Errorf("postgres: ack: %w", &store.StaleEpochError{Epoch: st.Epoch})
 	}
 	return pos, nil
 }

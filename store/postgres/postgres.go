@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,6 +80,10 @@ type DB struct {
 	// kept between Pings and opened again after a failure.
 	probeSem  chan struct{}
 	probeConn *pgx.Conn
+	log       *slog.Logger
+	// systemID: this role may read the server's system identifier
+	// (History), until it is refused.
+	systemID atomic.Bool
 }
 
 // Open connects, applies pending migrations under an advisory lock, and
@@ -141,11 +146,18 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, err
 	}
 
+	// No query runs on a new connection before the timeline check: on a
+	// promoted standby, the epoch changes first (timeline.go).
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		return checkTimeline(ctx, conn, log)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, classify("pool", err)
 	}
-	return &DB{pool: pool, probe: probe, probeSem: make(chan struct{}, 1)}, nil
+	db := &DB{pool: pool, probe: probe, probeSem: make(chan struct{}, 1), log: log}
+	db.systemID.Store(true)
+	return db, nil
 }
 
 // Close closes the pool's connections and the probe's.

@@ -51,10 +51,10 @@ func Backup(ctx context.Context, path, dst string) error {
 // Restore puts the backup src in place of the database at path. It
 // refuses while a relay has the database open, and a src that is not a
 // sound database of this relay (integrity_check, a schema no newer than
-// this build's). The copy gets the owner of the database it replaces (or
-// of its directory) and mode 0600, and replaces it in one rename; the old
-// database's -wal and -shm files go first: SQLite would apply them to the
-// new file.
+// this build's). The copy gets a new epoch (store.History), the owner of
+// the database it replaces (or of its directory) and mode 0600, and
+// replaces it in one rename; the old database's -wal and -shm files go
+// first: SQLite would apply them to the new file.
 func Restore(ctx context.Context, src, path string) error {
 	if err := check(ctx, src); err != nil {
 		return fmt.Errorf("sqlite: restore: %s: %w", src, err)
@@ -81,6 +81,12 @@ func Restore(ctx context.Context, src, path string) error {
 	if err := copyFile(src, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("sqlite: restore: %w", err)
+	}
+	// The copy's history is older than the one relays and clients last
+	// saw: a new epoch tells them (store.History).
+	if err := writeEpoch(ctx, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("sqlite: restore: write a new epoch into the copy: %w", err)
 	}
 	if err := chownLike(tmp, owner); err != nil {
 		_ = os.Remove(tmp)

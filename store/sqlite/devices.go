@@ -30,7 +30,10 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	var d store.Device
 	err := db.write(ctx, "register", func(tx *sql.Tx) error {
 		var err error
-		d, err = register(ctx, tx, p)
+		if d, err = register(ctx, tx, p); err != nil {
+			return err
+		}
+		d.Epoch, err = epochOf(ctx, tx)
 		return err
 	})
 	if err != nil {

@@ -22,18 +22,22 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	var (
 		cursor, head, seen int64
 		ok                 bool
+		epoch              string
 	)
-	err := db.reader.QueryRowContext(ctx, `SELECT cursor, head, last_seen, `+admitted("?3")+` FROM devices
-		WHERE household = ?1 AND name = ?2`, p.Household, p.Device, issued(p.IssuedAt)).Scan(&cursor, &head, &seen, &ok)
+	err := db.reader.QueryRowContext(ctx, `SELECT cursor, head, last_seen, `+admitted("?3")+`, (`+sqlEpoch+`) FROM devices
+		WHERE household = ?1 AND name = ?2`, p.Household, p.Device, issued(p.IssuedAt)).Scan(&cursor, &head, &seen, &ok, &epoch)
 	switch {
 	case err == nil && !ok:
 		return store.Position{}, fmt.Errorf("sqlite: ack %q: %w", p.Device, store.ErrRemoved)
 	case err == nil:
+		if p.Epoch != "" && p.Epoch != epoch {
+			return store.Position{Cursor: cursor, Head: head, Epoch: epoch}, &store.StaleEpochError{Epoch: epoch}
+		}
 		if p.Cursor > head {
-			return store.Position{Cursor: cursor, Head: head}, &store.CursorAheadError{Head: head}
+			return store.Position{Cursor: cursor, Head: head, Epoch: epoch}, &store.CursorAheadError{Head: head}
 		}
 		if p.Cursor <= cursor && micros(p.Now)-seen < lastSeenStep.Microseconds() {
-			return store.Position{Cursor: cursor, Head: head}, nil
+			return store.Position{Cursor: cursor, Head: head, Epoch: epoch}, nil
 		}
 	case !errors.Is(err, sql.ErrNoRows):
 		return store.Position{}, wrap(ctx, "ack", err)
@@ -42,6 +46,10 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 	var pos store.Position
 	var ahead error
 	err = db.write(ctx, "ack", func(tx *sql.Tx) error {
+		var err error
+		if pos.Epoch, err = epochOf(ctx, tx); err != nil {
+			return err
+		}
 		// The removal check and the insert are one statement, under the
 		// single writer: a credential older than the last removal never
 		// registers the device again. Then read again under the write
@@ -52,13 +60,18 @@ func (db *DB) Ack(ctx context.Context, p store.AckParams) (store.Position, error
 			return err
 		}
 		var ok bool
-		err := tx.QueryRowContext(ctx, `SELECT cursor, head, `+admitted("?3")+` FROM devices WHERE household = ?1 AND name = ?2`,
+		err = tx.QueryRowContext(ctx, `SELECT cursor, head, `+admitted("?3")+` FROM devices WHERE household = ?1 AND name = ?2`,
 			p.Household, p.Device, issued(p.IssuedAt)).Scan(&pos.Cursor, &pos.Head, &ok)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && !ok {
 			return fmt.Errorf("sqlite: ack %q: %w", p.Device, store.ErrRemoved)
 		}
 		if err != nil {
 			return err
+		}
+		if p.Epoch != "" && p.Epoch != pos.Epoch {
+			// Commit the registration all the same, as for a cursor ahead.
+			ahead = &store.StaleEpochError{Epoch: pos.Epoch}
+			return nil
 		}
 		if p.Cursor > pos.Head {
 			// Commit the registration all the same: the device did call.
@@ -129,8 +142,12 @@ func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, erro
 		}
 		n, more := prefix(sizes, p.Limit, p.Budget)
 		b.More = more
-		// The removal, in the snapshot that read (and will load) the rows.
+		// The removal and the epoch, in the snapshot that read (and will
+		// load) the rows.
 		if b.Life, err = life(ctx, tx, p.Household, p.Device); err != nil {
+			return err
+		}
+		if b.Epoch, err = epochOf(ctx, tx); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -181,15 +198,16 @@ func life(ctx context.Context, q querier, household, name string) (device.Life, 
 func (db *DB) State(ctx context.Context, household, name string) (store.DeviceState, error) {
 	var (
 		cursor, head, removed sql.NullInt64
+		epoch                 string
 	)
 	err := db.reader.QueryRowContext(ctx, `SELECT d.cursor, d.head,
-			(SELECT removed_at FROM removals WHERE household = ?1 AND device = ?2)
+			(SELECT removed_at FROM removals WHERE household = ?1 AND device = ?2), (`+sqlEpoch+`)
 		FROM (SELECT 1) LEFT JOIN devices d ON d.household = ?1 AND d.name = ?2`,
-		household, name).Scan(&cursor, &head, &removed)
+		household, name).Scan(&cursor, &head, &removed, &epoch)
 	if err != nil {
 		return store.DeviceState{}, wrap(ctx, "state", err)
 	}
-	st := store.DeviceState{Exists: cursor.Valid, Cursor: cursor.Int64, Head: head.Int64}
+	st := store.DeviceState{Exists: cursor.Valid, Cursor: cursor.Int64, Head: head.Int64, Epoch: epoch}
 	if removed.Valid {
 		st.Life = device.LifeAfter(fromMicros(removed.Int64))
 	}
@@ -197,40 +215,48 @@ func (db *DB) State(ctx context.Context, household, name string) (store.DeviceSt
 }
 
 // AckMany applies a batch of acks as one job of a group commit: one write
-// transaction, committed with whatever sends wait beside it.
-func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
+// transaction, committed with whatever sends wait beside it. Acks of
+// another epoch than the one the transaction reads are skipped.
+func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error) {
 	if len(acks) == 0 {
-		return 0, nil
+		return store.AckManyResult{}, nil
 	}
-	// One entry per device: the highest cursor, the latest time.
-	type key struct{ household, device string }
-	type want struct {
-		cursor  int64
-		seen    int64 // Unix microseconds; 0: leave last_seen
-		removed int64 // Unix microseconds; 0: never removed, as the caller knew
-	}
-	merged := make(map[key]want, len(acks))
-	order := make([]key, 0, len(acks))
-	for _, a := range acks {
-		k := key{a.Household, a.Device}
-		w, ok := merged[k]
-		if !ok {
-			order = append(order, k)
-			w.cursor = a.Cursor
-		}
-		w.cursor = max(w.cursor, a.Cursor)
-		if !a.Seen.IsZero() {
-			w.seen = max(w.seen, micros(a.Seen))
-		}
-		if at := a.Life.RemovedAt(); !at.IsZero() {
-			w.removed = max(w.removed, micros(at))
-		}
-		merged[k] = w
-	}
-
-	var deleted int64
+	var res store.AckManyResult
 	j := &job{op: "ack many", run: func(ctx context.Context, q querier) error {
-		deleted = 0
+		res = store.AckManyResult{}
+		epoch, err := epochOf(ctx, q)
+		if err != nil {
+			return err
+		}
+		// One entry per device: the highest cursor, the latest time.
+		type key struct{ household, device string }
+		type want struct {
+			cursor  int64
+			seen    int64 // Unix microseconds; 0: leave last_seen
+			removed int64 // Unix microseconds; 0: never removed, as the caller knew
+		}
+		merged := make(map[key]want, len(acks))
+		order := make([]key, 0, len(acks))
+		for _, a := range acks {
+			if a.Epoch != "" && a.Epoch != epoch {
+				res.Stale++
+				continue
+			}
+			k := key{a.Household, a.Device}
+			w, ok := merged[k]
+			if !ok {
+				order = append(order, k)
+				w.cursor = a.Cursor
+			}
+			w.cursor = max(w.cursor, a.Cursor)
+			if !a.Seen.IsZero() {
+				w.seen = max(w.seen, micros(a.Seen))
+			}
+			if at := a.Life.RemovedAt(); !at.IsZero() {
+				w.removed = max(w.removed, micros(at))
+			}
+			merged[k] = w
+		}
 		for _, k := range order {
 			w := merged[k]
 			var cursor, head, seen, removed int64
@@ -264,7 +290,7 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 					WHERE household = ? AND name = ?`, to, n, size, k.household, k.device); err != nil {
 					return err
 				}
-				deleted += n
+				res.Deleted += n
 			}
 			if w.seen > seen {
 				if _, err := q.ExecContext(ctx, `UPDATE devices SET last_seen = ? WHERE household = ? AND name = ?`,
@@ -276,9 +302,9 @@ func (db *DB) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
 		return nil
 	}}
 	if err := db.submit(ctx, j); err != nil {
-		return 0, err
+		return store.AckManyResult{}, err
 	}
-	return deleted, nil
+	return res, nil
 }
 
 // prefix picks how many of the envelopes with these sizes (in seq order) one

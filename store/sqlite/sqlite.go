@@ -158,6 +158,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		writer.Close()
 		return nil, err
 	}
+	if err := db.ensureEpoch(ctx); err != nil {
+		writer.Close()
+		return nil, err
+	}
 
 	r := url.Values{}
 	for k, v := range common {
