@@ -54,7 +54,7 @@ ON CONFLICT (household, name) DO UPDATE SET
     push_address = coalesce($5, d.push_address),
     last_seen    = GREATEST(d.last_seen, $6)
 WHERE ` + sqlAdmitted("$7") + `
-RETURNING ` + deviceColumns + `, (` + sqlEpoch + `)`
+RETURNING ` + deviceColumns
 
 // Register creates the device or updates its push target and identity key.
 func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
@@ -72,19 +72,15 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	b := &pgx.Batch{}
 	b.Queue(sqlLockName, p.Household, p.Device)
 	b.Queue(sqlRegister, p.Household, p.Device, key, kind, addr, micro(p.Now), issued(p.IssuedAt)).Query(func(rows pgx.Rows) error {
-		ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Device, error) {
-			var d store.Device
-			var epoch *string
-			err := row.Scan(&d.Household, &d.Name, &d.IdentityKey, &d.Push.Kind, &d.Push.Address,
-				&d.Cursor, &d.Head, &d.RegisteredAt, &d.LastSeen, &epoch)
-			d.RegisteredAt, d.LastSeen, d.Epoch = d.RegisteredAt.UTC(), d.LastSeen.UTC(), str(epoch)
-			return d, err
-		})
+		ds, err := pgx.CollectRows(rows, scanDevice)
 		if len(ds) == 1 {
 			d, found = ds[0], true
 		}
 		return err
 	})
+	// In the same implicit transaction as the registration.
+	var epoch *string
+	b.Queue(sqlEpoch).QueryRow(func(row pgx.Row) error { return row.Scan(&epoch) })
 	// A batch without BEGIN runs as one implicit transaction: the lock is
 	// held until the registration commits.
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -93,6 +89,7 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	if !found {
 		return store.Device{}, fmt.Errorf("postgres: register %q: %w", p.Device, store.ErrRemoved)
 	}
+	d.Epoch = str(epoch)
 	return d, nil
 }
 

@@ -144,3 +144,63 @@ func TestRestoreReplaces(t *testing.T) {
 		t.Fatalf("the restored database holds %v (%v), want what the backup held: nothing", devs, err)
 	}
 }
+
+// TestRestoreChangesTheEpoch: a restored copy holds an older history than
+// the one clients last saw, so it comes back with a new epoch, and as
+// another instance; the backup itself keeps its own. An ack taken in the
+// epoch before the restore is refused. Without the new epoch written in
+// Restore, the epochs after the restore and before it are the same.
+func TestRestoreChangesTheEpoch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relay.db")
+	open := func() *DB {
+		t.Helper()
+		db, err := Open(t.Context(), Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open()
+	before, err := db.History(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Register(t.Context(), store.RegisterParams{Household: "h", Device: "d", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(dir, "backup.db")
+	if err := Backup(t.Context(), path, backup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Send(t.Context(), store.SendParams{Household: "h", Sender: "d", ID: "1", To: []string{"d"}, Payload: []byte("x"), Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	if err := Restore(t.Context(), backup, path); err != nil {
+		t.Fatal(err)
+	}
+	db = open()
+	defer db.Close()
+	after, err := db.History(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Epoch == before.Epoch || len(after.Epoch) != 16 || !store.ValidEpoch(after.Epoch) {
+		t.Errorf("epoch %q before the restore, %q after: want a new one", before.Epoch, after.Epoch)
+	}
+	if after.Instance == before.Instance {
+		t.Errorf("instance %q both before and after the restore", after.Instance)
+	}
+	if _, err := db.Ack(t.Context(), store.AckParams{Household: "h", Device: "d", Cursor: 0, Now: time.Now(), Epoch: before.Epoch}); !errors.Is(err, store.ErrStaleEpoch) {
+		t.Errorf("an ack of the epoch before the restore = %v, want ErrStaleEpoch", err)
+	}
+	// The backup, untouched, still says the epoch it was taken in.
+	var kept string
+	b, _ := sql.Open("sqlite", dsn(backup, map[string][]string{"mode": {"ro"}}))
+	defer b.Close()
+	if err := b.QueryRow(sqlEpoch).Scan(&kept); err != nil || kept != before.Epoch {
+		t.Errorf("the backup's epoch = %q, %v, want %q", kept, err, before.Epoch)
+	}
+}

@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PairingRemoval", testPairingRemoval},
 		{"ConcurrentRenewals", testConcurrentRenewals},
 		{"PingClose", testPingClose},
+		{"Epoch", testEpoch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
