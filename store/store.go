@@ -268,9 +268,9 @@ type DeviceState struct {
 
 // Position is where a device stands after an ack.
 type Position struct {
-	Cursor int64 // stored cursor
-	Head   int64 // highest seq ever given
-	Acked  int64 // envelopes this ack deleted
+	Cursor int64  // stored cursor
+	Head   int64  // highest seq ever given
+	Acked  int64  // envelopes this ack deleted
 	Epoch  string // the store's epoch the position is of
 }
 

@@ -24,7 +24,7 @@ const lastSeenEvery = time.Minute
 var sqlSizes = `
 SELECT r.removed_at, r.epoch, e.seq, e.size
 FROM (SELECT (SELECT removed_at FROM removals WHERE household = $1 AND device = $2) AS removed_at,
-             (`+sqlEpoch+`) AS epoch) r
+             (` + sqlEpoch + `) AS epoch) r
 LEFT JOIN LATERAL (
     SELECT seq, size FROM envelopes
     WHERE household = $1 AND device = $2 AND seq > $3

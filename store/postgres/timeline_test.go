@@ -10,7 +10,9 @@ import (
 // epoch only when the primary it replaced committed synchronously.
 func TestNextEpochRow(t *testing.T) {
 	fresh := func() string { return "new" }
-	row := func(epoch, tl string, sync bool) *epochRow { return &epochRow{Epoch: epoch, Timeline: tl, Synchronous: sync} }
+	row := func(epoch, tl string, sync bool) *epochRow {
+		return &epochRow{Epoch: epoch, Timeline: tl, Synchronous: sync}
+	}
 	for _, c := range []struct {
 		name     string
 		row      *epochRow
