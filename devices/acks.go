@@ -22,11 +22,14 @@ type acks struct {
 	store    store.Store
 	interval time.Duration
 	timeout  time.Duration
-	onDone   func(deleted int64, err error)
+	onDone   func(res store.AckManyResult, err error)
 
 	mu      sync.Mutex
 	pending map[device.Key]store.Ack
-	written uint64        // batches written so far
+	// writing is the batch being written: taken out of pending, not yet
+	// in the store. A read of the store merges both (cursorOf).
+	writing map[device.Key]store.Ack
+	written uint64 // batches written so far
 	kick    chan struct{} // a batch grew past ackBatch: write it now
 
 	// writeMu is held while a batch is written, so that flushHousehold can
@@ -44,10 +47,11 @@ const ackBatch = 256
 
 // newAcks returns the writer, not started; onDone hears the outcome of
 // every batch.
-func newAcks(st store.Store, interval, timeout time.Duration, onDone func(deleted int64, err error)) *acks {
+func newAcks(st store.Store, interval, timeout time.Duration, onDone func(res store.AckManyResult, err error)) *acks {
 	return &acks{
 		store: st, interval: interval, timeout: timeout, onDone: onDone,
 		pending: make(map[device.Key]store.Ack),
+		writing: make(map[device.Key]store.Ack),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -58,13 +62,14 @@ func newAcks(st store.Store, interval, timeout time.Duration, onDone func(delete
 func (a *acks) start() { go a.run() }
 
 // add records that k acknowledged up to cursor (a negative cursor records
-// only activity) at seen (zero: no activity to record), in k's life life as
-// the caller knew it: the store skips the ack if k was removed since, so an
-// ack of a device's old life never reaches a new registration of the same
-// name.
-func (a *acks) add(k device.Key, cursor int64, seen time.Time, life device.Life) {
+// only activity) at seen (zero: no activity to record), in k's life life
+// and the store's epoch epoch as the caller knew them: the store skips the
+// ack if k was removed since, so an ack of a device's old life never
+// reaches a new registration of the same name, and if the epoch changed,
+// so that a cursor of one history never acknowledges another's envelopes.
+func (a *acks) add(k device.Key, cursor int64, seen time.Time, life device.Life, epoch string) {
 	a.mu.Lock()
-	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, Life: life})
+	a.merge(store.Ack{Household: k.Household, Device: k.Device, Cursor: cursor, Seen: seen, Life: life, Epoch: epoch})
 	full := len(a.pending) >= ackBatch
 	a.mu.Unlock()
 	if full {
@@ -82,6 +87,8 @@ func (a *acks) merge(n store.Ack) {
 	switch {
 	case !ok || n.Life.Compare(p.Life) > 0:
 		a.pending[k] = n // a later life of the device replaces the older one
+	case p.Epoch != n.Epoch:
+		a.pending[k] = n // taken in the epoch read last
 	case p.Life.Compare(n.Life) == 0:
 		p.Cursor = max(p.Cursor, n.Cursor)
 		if n.Seen.After(p.Seen) {
@@ -121,6 +128,7 @@ func (a *acks) flush() {
 		for k, p := range a.pending {
 			batch = append(batch, p)
 			delete(a.pending, k)
+			a.writing[k] = p
 			if len(batch) == ackBatch {
 				break
 			}
@@ -140,10 +148,11 @@ func (a *acks) flush() {
 // write writes one batch; a batch the store refuses goes back to wait,
 // merged with what came meanwhile (without a kick).
 func (a *acks) write(ctx context.Context, batch []store.Ack) error {
-	deleted, err := a.store.AckMany(ctx, batch)
-	a.onDone(deleted, err)
+	res, err := a.store.AckMany(ctx, batch)
+	a.onDone(res, err)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	clear(a.writing)
 	if err != nil {
 		for _, p := range batch {
 			a.merge(p)
@@ -176,6 +185,7 @@ func (a *acks) flushHousehold(ctx context.Context, household string, before uint
 		if k.Household == household && p.Cursor >= 0 {
 			batch = append(batch, p)
 			delete(a.pending, k)
+			a.writing[k] = p
 		}
 	}
 	a.mu.Unlock()
@@ -185,6 +195,36 @@ func (a *acks) flushHousehold(ctx context.Context, household string, before uint
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.written != before
+}
+
+// snapshot is what k acknowledged that may not be in the store yet: the
+// ack pending, and the one in the batch being written.
+func (a *acks) snapshot(k device.Key) []store.Ack {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []store.Ack
+	for _, m := range []map[device.Key]store.Ack{a.pending, a.writing} {
+		if p, ok := m[k]; ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dropEpochs drops the pending acks taken in another epoch than epoch, and
+// reports how many: the store would skip them (their cursors count seqs of
+// a history it no longer holds).
+func (a *acks) dropEpochs(epoch string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for k, p := range a.pending {
+		if p.Epoch != epoch {
+			delete(a.pending, k)
+			n++
+		}
+	}
+	return n
 }
 
 // close writes what is pending and stops the loop.

@@ -24,15 +24,15 @@ type ackStore struct {
 
 var errStoreDown = errors.New("store down")
 
-func (s *ackStore) AckMany(_ context.Context, acks []store.Ack) (int64, error) {
+func (s *ackStore) AckMany(_ context.Context, acks []store.Ack) (store.AckManyResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail > 0 {
 		s.fail--
-		return 0, errStoreDown
+		return store.AckManyResult{}, errStoreDown
 	}
 	s.batches = append(s.batches, slices.Clone(acks))
-	return int64(len(acks)), nil
+	return store.AckManyResult{Deleted: int64(len(acks))}, nil
 }
 
 func (s *ackStore) written() [][]store.Ack {
@@ -48,7 +48,7 @@ func key(d string) device.Key { return device.Key{Household: "home", Device: d} 
 // startAcks starts a writer on st inside the test's bubble, closed when the
 // test ends.
 func startAcks(t *testing.T, st *ackStore) *acks {
-	a := newAcks(st, interval, time.Second, func(int64, error) {})
+	a := newAcks(st, interval, time.Second, func(store.AckManyResult, error) {})
 	a.start()
 	t.Cleanup(a.close)
 	return a
@@ -62,10 +62,10 @@ func TestAcksWrittenEveryInterval(t *testing.T) {
 		st := &ackStore{}
 		a := startAcks(t, st)
 		t0 := time.Now()
-		a.add(key("a"), 3, time.Time{}, device.Life{})
-		a.add(key("a"), 5, t0, device.Life{})
-		a.add(key("a"), 4, time.Time{}, device.Life{})
-		a.add(key("b"), -1, t0, device.Life{})
+		a.add(key("a"), 3, time.Time{}, device.Life{}, "")
+		a.add(key("a"), 5, t0, device.Life{}, "")
+		a.add(key("a"), 4, time.Time{}, device.Life{}, "")
+		a.add(key("b"), -1, t0, device.Life{}, "")
 		synctest.Wait()
 		if n := len(st.written()); n != 0 {
 			t.Fatalf("%d batches before the interval ended", n)
@@ -98,9 +98,9 @@ func TestAcksKeepToTheirLife(t *testing.T) {
 		st := &ackStore{}
 		a := startAcks(t, st)
 		later := device.LifeAfter(time.Now())
-		a.add(key("a"), 9, time.Time{}, device.Life{})
-		a.add(key("a"), 2, time.Time{}, later)
-		a.add(key("a"), 7, time.Time{}, device.Life{})
+		a.add(key("a"), 9, time.Time{}, device.Life{}, "")
+		a.add(key("a"), 2, time.Time{}, later, "")
+		a.add(key("a"), 7, time.Time{}, device.Life{}, "")
 		time.Sleep(interval)
 		synctest.Wait()
 		got := st.written()
@@ -119,7 +119,7 @@ func TestAcksBatchBound(t *testing.T) {
 		a := startAcks(t, st)
 		const n = ackBatch + 44
 		for i := range n {
-			a.add(device.Key{Household: "home", Device: string(rune('a'+i%26)) + string(rune('0'+i/26))}, 1, time.Time{}, device.Life{})
+			a.add(device.Key{Household: "home", Device: string(rune('a'+i%26)) + string(rune('0'+i/26))}, 1, time.Time{}, device.Life{}, "")
 		}
 		synctest.Wait() // no time has passed
 		count := func() int {
@@ -150,9 +150,9 @@ func TestAcksBatchBound(t *testing.T) {
 func TestAcksFlushedOnClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &ackStore{}
-		a := newAcks(st, time.Hour, time.Second, func(int64, error) {})
+		a := newAcks(st, time.Hour, time.Second, func(store.AckManyResult, error) {})
 		a.start()
-		a.add(key("a"), 1, time.Time{}, device.Life{})
+		a.add(key("a"), 1, time.Time{}, device.Life{}, "")
 		a.close()
 		if got := st.written(); len(got) != 1 || got[0][0].Device != "a" {
 			t.Fatalf("after close: %+v", got)
@@ -167,16 +167,16 @@ func TestAcksRetriedAfterStoreError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &ackStore{fail: 1}
 		var errs []error
-		a := newAcks(st, interval, time.Second, func(_ int64, err error) { errs = append(errs, err) })
+		a := newAcks(st, interval, time.Second, func(_ store.AckManyResult, err error) { errs = append(errs, err) })
 		a.start()
 		t.Cleanup(a.close)
-		a.add(key("a"), 1, time.Time{}, device.Life{})
+		a.add(key("a"), 1, time.Time{}, device.Life{}, "")
 		time.Sleep(interval)
 		synctest.Wait()
 		if len(st.written()) != 0 || len(errs) != 1 {
 			t.Fatalf("the failed round: written %+v, outcomes %v", st.written(), errs)
 		}
-		a.add(key("b"), 1, time.Time{}, device.Life{})
+		a.add(key("b"), 1, time.Time{}, device.Life{}, "")
 		time.Sleep(interval)
 		synctest.Wait()
 		got := st.written()
@@ -192,9 +192,9 @@ func TestAcksFlushHousehold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := &ackStore{}
 		a := startAcks(t, st)
-		a.add(key("a"), 1, time.Time{}, device.Life{})
-		a.add(key("b"), -1, time.Now(), device.Life{}) // activity only: not a pending count
-		a.add(device.Key{Household: "other", Device: "a"}, 1, time.Time{}, device.Life{})
+		a.add(key("a"), 1, time.Time{}, device.Life{}, "")
+		a.add(key("b"), -1, time.Now(), device.Life{}, "") // activity only: not a pending count
+		a.add(device.Key{Household: "other", Device: "a"}, 1, time.Time{}, device.Life{}, "")
 		if !a.flushHousehold(context.Background(), "home", a.mark()) {
 			t.Fatal("flushHousehold wrote nothing")
 		}
@@ -213,7 +213,7 @@ func TestAcksFlushHouseholdSinceMark(t *testing.T) {
 		st := &ackStore{}
 		a := startAcks(t, st)
 		mark := a.mark()
-		a.add(key("a"), 1, time.Time{}, device.Life{})
+		a.add(key("a"), 1, time.Time{}, device.Life{}, "")
 		time.Sleep(time.Hour) // the loop's interval passes: it writes the batch
 		synctest.Wait()
 		if len(st.written()) != 1 {

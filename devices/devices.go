@@ -31,7 +31,7 @@ type Config struct {
 	StoreTimeout time.Duration
 	Logger       *slog.Logger
 	// OnAcks hears the outcome of every batch of acknowledgements.
-	OnAcks func(deleted int64, err error)
+	OnAcks func(res store.AckManyResult, err error)
 	// Now is the clock a device's implicit registration is dated by; nil:
 	// time.Now.
 	Now func() time.Time
@@ -56,7 +56,7 @@ func New(cfg Config) *Memory {
 	}
 	onAcks := cfg.OnAcks
 	if onAcks == nil {
-		onAcks = func(int64, error) {}
+		onAcks = func(store.AckManyResult, error) {}
 	}
 	now := cfg.Now
 	if now == nil {
@@ -110,11 +110,24 @@ func (m *Memory) Removed(k device.Key, at time.Time) {
 	m.removals.removed(k, life)
 }
 
-// Lost is the hub's news that news may have been missed: what is known is
-// read again.
+// Lost is the hub's news that news may have been missed, or the store
+// watch's that the store changed: what is known is read again. The
+// acknowledgements not yet written stay, and every read of the store
+// merges those of its life and epoch (read), so that a device polling
+// without a cursor is not handed again what it acknowledged.
 func (m *Memory) Lost() {
 	m.positions.Lost()
 	m.removals.lost()
+}
+
+// EpochChanged is the store watch's news that the store's epoch is now
+// epoch: its history may have gone back. What is known is read again, and
+// the acknowledgements pending of another epoch are dropped (the store
+// would skip them); it reports how many.
+func (m *Memory) EpochChanged(epoch string) int {
+	n := m.acks.dropEpochs(epoch)
+	m.Lost()
+	return n
 }
 
 var _ wake.Observer = (*Memory)(nil)
@@ -150,9 +163,10 @@ func (m *Memory) Life(ctx context.Context, k device.Key) (device.Life, error) {
 }
 
 // Position is where k stands: from memory if it knows the device
-// registered, or else read from the store (see Read).
+// registered (and the epoch its knowledge is of), or else read from the
+// store (see Read).
 func (m *Memory) Position(ctx context.Context, k device.Key, issuedAt time.Time) (position.State, error) {
-	if pos, ok := m.positions.Get(k); ok && pos.Exists {
+	if pos, ok := m.Known(k); ok && pos.Exists && pos.Epoch != "" {
 		return pos, nil
 	}
 	return m.Read(ctx, k, issuedAt)
@@ -172,19 +186,30 @@ func (m *Memory) Read(ctx context.Context, k device.Key, issuedAt time.Time) (po
 		if err != nil {
 			return st, err
 		}
-		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, Life: st.Life}, nil
+		return store.DeviceState{Exists: true, Cursor: p.Cursor, Head: p.Head, Life: st.Life, Epoch: p.Epoch}, nil
 	})
 }
 
 // read is every read of a device's state from the store: marked before it
 // starts (Begin), so that news arriving meanwhile is merged with it (Fill).
+// The store's cursor lags the acknowledgements not yet written: those of
+// the read's life and epoch are merged in, as they were before the read
+// (a batch may commit while it runs, after its snapshot) and after it.
 func (m *Memory) read(k device.Key, fn func() (store.DeviceState, error)) (position.State, error) {
 	ticket := m.positions.Begin(k)
+	before := m.acks.snapshot(k)
 	st, err := fn()
 	if err != nil {
 		return position.State{}, err
 	}
-	return m.positions.Fill(k, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, Life: st.Life}), nil
+	if st.Exists {
+		for _, p := range append(before, m.acks.snapshot(k)...) {
+			if p.Life.Compare(st.Life) == 0 && p.Epoch == st.Epoch {
+				st.Cursor = max(st.Cursor, min(p.Cursor, st.Head))
+			}
+		}
+	}
+	return m.positions.Fill(k, ticket, position.State{Exists: st.Exists, Cursor: st.Cursor, Head: st.Head, Life: st.Life, Epoch: st.Epoch}), nil
 }
 
 // Register registers the device (store.Register) and keeps what the
@@ -200,10 +225,10 @@ func (m *Memory) Register(ctx context.Context, p store.RegisterParams) (store.De
 	// Kept only with the device's life known: a registration does not
 	// read it.
 	if life, ok := m.KnownLife(k); ok {
-		m.positions.Fill(k, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, Life: life})
+		m.positions.Fill(k, ticket, position.State{Exists: true, Cursor: d.Cursor, Head: d.Head, Life: life, Epoch: d.Epoch})
 	}
 	m.positions.Registered(k, p.Now)
-	if pos, ok := m.positions.Get(k); ok {
+	if pos, ok := m.positions.Get(k); ok && pos.Epoch == d.Epoch {
 		d.Cursor = max(d.Cursor, pos.Cursor)
 	}
 	return d, nil
@@ -235,9 +260,9 @@ func (m *Memory) Acknowledge(k device.Key, pos position.State, cursor int64, now
 	if cursor > pos.Cursor {
 		m.positions.Acked(k, pos.Life, cursor)
 		pos.Cursor = cursor
-		m.acks.add(k, cursor, seen, pos.Life)
+		m.acks.add(k, cursor, seen, pos.Life, pos.Epoch)
 	} else if !seen.IsZero() {
-		m.acks.add(k, -1, seen, pos.Life)
+		m.acks.add(k, -1, seen, pos.Life, pos.Epoch)
 	}
 	return pos
 }

@@ -167,3 +167,48 @@ func TestWakeOfLaterLifeTellsTheRemoval(t *testing.T) {
 		t.Fatalf("KnownLife after a wake of a later life = %v, %v; want the removal's, refusing older tokens", life, ok)
 	}
 }
+
+// TestLostKeepsPendingAcks: after memory is dropped, a read of the store
+// merges the acknowledgements not yet written of the same life and epoch,
+// so that a device polling without a cursor is not handed again what it
+// acknowledged; those of another epoch are not merged. Without the merge
+// in read, the cursor read after Lost is the store's 0.
+func TestLostKeepsPendingAcks(t *testing.T) {
+	m, st := newMemory(t)
+	ctx := context.Background()
+	k := key("phone")
+	if _, err := m.Register(ctx, store.RegisterParams{Household: "home", Device: "phone", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"1", "2", "3"} {
+		if _, err := st.Send(ctx, store.SendParams{Household: "home", Sender: "phone", ID: id, To: []string{"phone"}, Payload: []byte("x"), Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pos, err := m.Read(ctx, k, time.Now())
+	if err != nil || pos.Head != 3 {
+		t.Fatalf("Read = %+v, %v", pos, err)
+	}
+	m.Acknowledge(k, pos, 2, time.Now()) // pending: the writer waits an hour
+	m.Lost()
+	if _, ok := m.Known(k); ok {
+		t.Fatal("memory still knows the device after Lost")
+	}
+	pos, err = m.Position(ctx, k, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos.Cursor != 2 {
+		t.Errorf("cursor after Lost = %d, want 2: the pending acknowledgement", pos.Cursor)
+	}
+	if stored, _ := st.State(ctx, "home", "phone"); stored.Cursor != 0 {
+		t.Fatalf("the store's cursor is %d: the ack was written, and the test proves nothing", stored.Cursor)
+	}
+
+	// An ack of another epoch than the store's is not merged.
+	m.acks.add(k, 3, time.Time{}, pos.Life, "another-epoch")
+	m.Lost()
+	if pos, err = m.Position(ctx, k, time.Now()); err != nil || pos.Cursor != 0 {
+		t.Errorf("cursor after Lost with an ack of another epoch pending = %d, %v, want the store's 0", pos.Cursor, err)
+	}
+}

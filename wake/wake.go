@@ -79,6 +79,10 @@ type Hub interface {
 	Remove(ctx context.Context, k device.Key, at time.Time) error
 	// Held reports whether a poll for the device is held on this process.
 	Held(k device.Key) bool
+	// NotifyAll wakes every waiter on this process, telling the observer
+	// nothing, so that each reads its position again: the relay's memory
+	// was dropped (a new epoch of the store).
+	NotifyAll()
 	// Close makes every current and future Wait return ErrClosed at once.
 	Close() error
 }

@@ -37,6 +37,10 @@ type State struct {
 	Cursor int64       // highest seq acknowledged, as far as known here
 	Head   int64       // highest seq ever given, as far as known here
 	Life   device.Life // the life this knowledge is of: the device's last removal
+	// Epoch is the store's epoch the knowledge was read in; "" until a
+	// store read filled it. Memory is dropped (Lost) when the epoch
+	// changes; a read of another epoch than the one kept replaces it.
+	Epoch string
 	// Floor: a read found nothing stored above the cursor up to Floor, so
 	// there is nothing to fetch unless Head passes it (envelopes that
 	// expired unread leave the head above the cursor for good).
@@ -160,6 +164,14 @@ func (c *Cache) Fill(k device.Key, t Ticket, st State) State {
 		// The read is of a later life than the news kept meanwhile (a
 		// removal not heard of here): the news was of the earlier one.
 		e.State = State{Life: st.Life, Seen: e.Seen}
+	}
+	if e.Epoch != st.Epoch {
+		if e.Epoch != "" {
+			// Another history of the store than the one kept: nothing
+			// kept of it holds.
+			e.State = State{Life: st.Life, Seen: e.Seen}
+		}
+		e.Epoch = st.Epoch
 	}
 	e.Exists = e.Exists || st.Exists // within one life of a device, it only comes into being
 	e.Cursor = max(e.Cursor, st.Cursor)

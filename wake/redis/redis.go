@@ -295,6 +295,9 @@ func (h *Hub) Subscribe(ctx context.Context, k device.Key) (wake.Waiter, error) 
 // Held reports whether a poll for k is held on this process.
 func (h *Hub) Held(k device.Key) bool { return h.local.Held(k) }
 
+// NotifyAll wakes every waiter held on this relay.
+func (h *Hub) NotifyAll() { h.local.NotifyAll() }
+
 // Signal tells the observer and wakes the waiters on this process, then
 // publishes one message per shard touched, in one pipeline. The publish is
 // not cut short by ctx's cancellation (the envelopes are committed; the
