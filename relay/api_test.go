@@ -60,7 +60,7 @@ func TestRegisterSendPollAck(t *testing.T) {
 	ahead := h.must("GET", "/v1/poll?cursor=5", phone, nil, http.StatusConflict)
 	var body errorBody
 	ahead.json(t, &body)
-	if body.Error != codeCursorAhead || body.Head == nil || *body.Head != 1 {
+	if body.Error != codeCursorAhead || body.Head == nil || *body.Head != 1 || len(body.Epoch) != 16 {
 		t.Fatalf("cursor_ahead body = %s", ahead.body)
 	}
 	h.must("POST", "/v1/ack", laptop, `{"cursor":1}`, http.StatusNoContent)
@@ -70,7 +70,7 @@ func TestRegisterSendPollAck(t *testing.T) {
 	reg := h.must("POST", "/v1/register", phone, `{}`, http.StatusOK)
 	var rr registerResponse
 	reg.json(t, &rr)
-	if rr != (registerResponse{"home", "phone", 1}) {
+	if rr != (registerResponse{"home", "phone", 1, body.Epoch}) {
 		t.Fatalf("register = %+v", rr)
 	}
 	// Unknown recipient: 404 and nothing stored for anyone.

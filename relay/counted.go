@@ -34,7 +34,7 @@ func (c countedStore) Ack(ctx context.Context, p store.AckParams) (store.Positio
 	return c.Store.Ack(ctx, p)
 }
 
-func (c countedStore) AckMany(ctx context.Context, acks []store.Ack) (int64, error) {
+func (c countedStore) AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error) {
 	c.count("ack_many")
 	return c.Store.AckMany(ctx, acks)
 }

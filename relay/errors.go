@@ -38,6 +38,7 @@ type httpError struct {
 	Code    string
 	Message string
 	Head    *int64 // cursor_ahead only
+	Epoch   string // cursor_ahead only: the store's epoch head is of
 	Limit   string // 429 only: which limit refused (limitSendRate, ...)
 	// RetryAfter, when above zero, is the Retry-After a 429 or 503 says
 	// (rounded up to whole seconds); zero: a short jittered wait.
@@ -72,6 +73,7 @@ type errorBody struct {
 	Error   string `json:"error" msgpack:"error"`
 	Message string `json:"message" msgpack:"message"`
 	Head    *int64 `json:"head,omitempty" msgpack:"head,omitempty"`
+	Epoch   string `json:"epoch,omitempty" msgpack:"epoch,omitempty"`
 	Limit   string `json:"limit,omitempty" msgpack:"limit,omitempty"`
 }
 
@@ -79,6 +81,7 @@ type errorBody struct {
 func fromStore(err error) *httpError {
 	var he *httpError
 	var ahead *store.CursorAheadError
+	var stale *store.StaleEpochError
 	var unknown *store.UnknownDeviceError
 	switch {
 	case errors.As(err, &he):
@@ -86,6 +89,8 @@ func fromStore(err error) *httpError {
 	case errors.As(err, &ahead):
 		head := ahead.Head
 		return &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head, Cause: err}
+	case errors.As(err, &stale):
+		return &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is of another epoch of the store (its history went back): poll without cursor and epoch to resynchronise.", Epoch: stale.Epoch, Cause: err}
 	case errors.As(err, &unknown):
 		return &httpError{Status: http.StatusNotFound, Code: codeUnknownDevice, Message: fmt.Sprintf("Device %q is not registered in this household.", unknown.Device), Cause: err}
 	case errors.Is(err, store.ErrUnknownDevice):
@@ -117,6 +122,7 @@ func retryAfter(status int) string {
 // writeError answers with the protocol's error body and logs the cause. A
 // request whose client has gone is not logged as an error.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	s.storeFailed(err)
 	he := fromStore(err)
 	notePoll(r.Context(), errorOutcome(he, r.Context().Err() != nil))
 	if rec := recordOf(r.Context()); rec != nil {
@@ -139,5 +145,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case he.Cause != nil:
 		s.log.LogAttrs(r.Context(), slog.LevelDebug, "request refused", slog.String("path", r.URL.Path), slog.Int("status", he.Status), slog.Any("err", he))
 	}
-	writeBody(w, r, he.Status, errorBody{Error: he.Code, Message: he.Message, Head: he.Head, Limit: he.Limit})
+	writeBody(w, r, he.Status, errorBody{Error: he.Code, Message: he.Message, Head: he.Head, Epoch: he.Epoch, Limit: he.Limit})
+}
+
+// storeFailed nudges the store watch after a store call that found the
+// store unavailable: it may be another store by now (a failover).
+func (s *Server) storeFailed(err error) {
+	if errors.Is(err, store.ErrUnavailable) && s.watch != nil {
+		s.watch.Nudge()
+	}
 }

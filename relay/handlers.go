@@ -208,6 +208,7 @@ type registerResponse struct {
 	Household string `json:"household" msgpack:"household"`
 	Device    string `json:"device" msgpack:"device"`
 	Cursor    int64  `json:"cursor" msgpack:"cursor"`
+	Epoch     string `json:"epoch" msgpack:"epoch"`
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
@@ -239,7 +240,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claim
 	if err != nil {
 		return err
 	}
-	writeBody(w, r, http.StatusOK, registerResponse{Household: d.Household, Device: d.Name, Cursor: d.Cursor})
+	writeBody(w, r, http.StatusOK, registerResponse{Household: d.Household, Device: d.Name, Cursor: d.Cursor, Epoch: d.Epoch})
 	return nil
 }
 
@@ -450,7 +451,8 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 }
 
 type ackRequest struct {
-	Cursor *int64 `json:"cursor" msgpack:"cursor"`
+	Cursor *int64  `json:"cursor" msgpack:"cursor"`
+	Epoch  *string `json:"epoch" msgpack:"epoch"`
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
@@ -465,7 +467,14 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, c *token.Claims) er
 	if req.Cursor == nil || *req.Cursor < 0 {
 		return badRequest("cursor must be a whole number from 0 to 2^63-1.")
 	}
-	if _, err := s.acknowledge(r.Context(), c, *req.Cursor); err != nil {
+	epoch := ""
+	if req.Epoch != nil {
+		if !store.ValidEpoch(*req.Epoch) {
+			return errBadEpoch
+		}
+		epoch = *req.Epoch
+	}
+	if _, err := s.acknowledge(r.Context(), c, *req.Cursor, epoch); err != nil {
 		return err
 	}
 	writeNoContent(w, r)
@@ -575,6 +584,20 @@ func parseQuery(r *http.Request) (query, error) {
 }
 
 func (q query) get(name string) string { return q.v.Get(name) }
+
+var errBadEpoch = badRequest("epoch must be 1 to 32 characters of A-Z a-z 0-9 _ -.")
+
+// epoch reads the epoch parameter: "" when absent (not checked).
+func (q query) epoch() (string, error) {
+	raw, ok := q.v["epoch"]
+	if !ok {
+		return "", nil
+	}
+	if !store.ValidEpoch(raw[0]) {
+		return "", errBadEpoch
+	}
+	return raw[0], nil
+}
 
 // int reads a decimal parameter in [lo, hi]; absent means def.
 func (q query) int(name string, def, lo, hi int64) (int64, error) {

@@ -26,6 +26,8 @@ type metrics struct {
 	tokensRefused *prometheus.CounterVec // by reason
 	storeCalls    *prometheus.CounterVec // by op
 	fleetTroubled prometheus.Gauge
+	epochChanges  prometheus.Counter
+	memoryDrops   prometheus.Counter
 }
 
 // Poll outcomes.
@@ -98,9 +100,16 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		tokensRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_tokens_refused_total", Help: "Requests refused with 401, by why the token was refused.",
 		}, []string{"reason"}),
+		epochChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_store_epoch_changes_total", Help: "Times this relay saw the store's epoch change: its history may have gone back (a restore, a failover that lost commits), and clients resynchronise.",
+		}),
+		memoryDrops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_store_memory_drops_total", Help: "Times this relay dropped what it remembers of devices because a check of the store's history failed or found another instance or epoch.",
+		}),
 	}
 	cs := []prometheus.Collector{
 		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
+		m.epochChanges, m.memoryDrops,
 		// The store's readiness, as /ready reports it (the probe's answer
 		// is shared and kept for a second), so that an alert sees a store
 		// the relay cannot write even where nothing probes /ready.

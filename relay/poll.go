@@ -32,6 +32,7 @@ type envelopeJSON struct {
 
 type pollResponse struct {
 	Cursor    int64          `json:"cursor" msgpack:"cursor"`
+	Epoch     string         `json:"epoch" msgpack:"epoch"`
 	More      bool           `json:"more" msgpack:"more"`
 	Envelopes []envelopeJSON `json:"envelopes" msgpack:"envelopes"`
 }
@@ -120,7 +121,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		}
 	}
 
-	if p.pos, err = s.acknowledge(ctx, c, q.cursor); err != nil {
+	if p.pos, err = s.acknowledge(ctx, c, q.cursor, q.epoch); err != nil {
 		return p, err
 	}
 	if rs == nil { // a parked poll read again was admitted when it came
@@ -140,7 +141,8 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 
 // pollQuery is a poll's parameters.
 type pollQuery struct {
-	cursor int64 // -1: the stored cursor
+	cursor int64  // -1: the stored cursor
+	epoch  string // the store's epoch the cursor is of; "": not checked
 	limit  int
 	wait   time.Duration
 }
@@ -162,7 +164,11 @@ func parsePoll(r *http.Request, maxWait time.Duration) (pollQuery, error) {
 	if err != nil {
 		return pollQuery{}, err
 	}
-	return pollQuery{cursor: cursor, limit: int(limit), wait: time.Duration(waitSecs) * time.Second}, nil
+	epoch, err := q.epoch()
+	if err != nil {
+		return pollQuery{}, err
+	}
+	return pollQuery{cursor: cursor, epoch: epoch, limit: int(limit), wait: time.Duration(waitSecs) * time.Second}, nil
 }
 
 // hold answers what is waiting above the position, or holds the poll until
@@ -179,22 +185,22 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	for {
 		if p.pos.Pending(p.after) {
-			if done, err := s.deliver(ctx, w, r, c, p.pos, p.after, p.q.limit); done || err != nil {
+			if done, err := s.deliver(ctx, w, r, c, p.pos, p.after, p.q); done || err != nil {
 				return err
 			}
 		}
 		if rs := p.resume; rs != nil && rs.Err != nil {
 			p.resume = nil
-			return s.endHold(ctx, w, r, rs.Err, p.after)
+			return s.endHold(ctx, w, r, rs.Err, p.after, p.pos.Epoch)
 		}
 		if p.waiter == nil {
-			return s.answerEmpty(w, r, p.after, pollEmpty)
+			return s.answerEmpty(w, r, p.after, p.pos.Epoch, pollEmpty)
 		}
 		if s.park(w, r, p, deadline) {
 			return errParked
 		}
 		if werr := s.wait(ctx, p.waiter, deadline); werr != nil {
-			return s.endHold(ctx, w, r, werr, p.after)
+			return s.endHold(ctx, w, r, werr, p.after, p.pos.Epoch)
 		}
 		startStoreBudget(ctx, s.cfg.StoreTimeout)
 		if err := s.woken(ctx, r, c, p); err != nil {
@@ -207,7 +213,8 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // false when nothing was there after all. The answer's bytes are held
 // against the bounds on answers in flight from before the fetch until they
 // are written; past a bound the poll is refused.
-func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, limit int) (done bool, err error) {
+func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, q pollQuery) (done bool, err error) {
+	limit := q.limit
 	key := c.Key()
 	if pos.Head == after+1 {
 		// One envelope waits: if it was committed here a moment ago, it
@@ -217,7 +224,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 				notePoll(r.Context(), pollRemoved)
 				return true, s.refuseToken(r, refusedRemoved, nil)
 			}
-			b := store.Batch{Envelopes: []store.Envelope{e}}
+			b := store.Batch{Envelopes: []store.Envelope{e}, Epoch: pos.Epoch}
 			hold, err := s.holdAnswer(key, batchAnswerSize(b))
 			if err != nil {
 				return true, err
@@ -238,6 +245,11 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return true, err
 	}
 	hold.resize(batchAnswerSize(batch))
+	if q.epoch != "" && batch.Epoch != q.epoch {
+		// The store's history changed since the position was read: its
+		// envelopes above the cursor are not the ones the cursor counts.
+		return true, s.epochChanged(ctx, c)
+	}
 	if len(batch.Envelopes) == 0 {
 		// Nothing stored up to the head (expired unread): later polls
 		// need not look again until the head moves.
@@ -273,11 +285,18 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 		notePoll(r.Context(), pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
 	}
+	if p.q.epoch != "" {
+		// Woken by a new epoch of the store, maybe: the poll's cursor
+		// then counts seqs of another history.
+		if p.pos, err = s.checkEpoch(ctx, c, pos, p.q.epoch); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // endHold answers a held poll whose wait ended without news.
-func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Request, werr error, after int64) error {
+func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Request, werr error, after int64, epoch string) error {
 	switch {
 	case ctx.Err() != nil:
 		notePoll(r.Context(), pollHangup)
@@ -288,17 +307,17 @@ func (s *Server) endHold(ctx context.Context, w http.ResponseWriter, r *http.Req
 		notePoll(r.Context(), pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
 	case errors.Is(werr, wake.ErrSuperseded):
-		return s.answerEmpty(w, r, after, pollSuperseded)
+		return s.answerEmpty(w, r, after, epoch, pollSuperseded)
 	case errors.Is(werr, wake.ErrClosed):
-		return s.answerEmpty(w, r, after, pollDrained)
+		return s.answerEmpty(w, r, after, epoch, pollDrained)
 	}
 	// Out of time: answer with what we have, which is nothing.
-	return s.answerEmpty(w, r, after, pollEmpty)
+	return s.answerEmpty(w, r, after, epoch, pollEmpty)
 }
 
-func (s *Server) answerEmpty(w http.ResponseWriter, r *http.Request, after int64, outcome string) error {
+func (s *Server) answerEmpty(w http.ResponseWriter, r *http.Request, after int64, epoch, outcome string) error {
 	notePoll(r.Context(), outcome)
-	writePoll(w, r, after, store.Batch{})
+	writePoll(w, r, after, store.Batch{Epoch: epoch})
 	return nil
 }
 
@@ -318,14 +337,21 @@ func (s *Server) pollDeadline(wait time.Duration) time.Time {
 const holdJitter = 3 * time.Second
 
 // acknowledge is the start of a poll or an ack: it reads the device's
-// position (memory, or the store on first use), refuses a cursor above the
+// position (memory, or the store on first use), refuses a cursor of
+// another epoch than the store's (when the client names one) or above the
 // head, and records the acknowledgement for the background writer. The
 // position it returns has the cursor the client sent, if that is higher.
 // cursor < 0 acknowledges nothing.
-func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64) (position.State, error) {
+func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64, epoch string) (position.State, error) {
 	pos, err := s.position(ctx, c)
 	if err != nil {
 		return pos, err
+	}
+	if epoch != "" {
+		// TestEpochRestoreResync goes red without this check.
+		if pos, err = s.checkEpoch(ctx, c, pos, epoch); err != nil {
+			return pos, err
+		}
 	}
 	key := c.Key()
 	now := s.now()
@@ -335,6 +361,10 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 		// client repeating the cursor costs no read each time).
 		if pos, err = s.readPosition(ctx, c); err != nil {
 			return pos, err
+		}
+		if epoch != "" && pos.Epoch != epoch {
+			s.watch.Nudge()
+			return pos, epochAhead(pos)
 		}
 		if cursor > pos.Head {
 			s.memory.HeadRead(key, pos.Life, pos.Head, now)
@@ -347,15 +377,61 @@ func (s *Server) acknowledge(ctx context.Context, c *token.Claims, cursor int64)
 	}
 	if cursor > pos.Head {
 		head := pos.Head
-		return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head}
+		return pos, &httpError{Status: http.StatusConflict, Code: codeCursorAhead, Message: "The cursor is above the highest seq this device was given.", Head: &head, Epoch: pos.Epoch}
 	}
 	return s.memory.Acknowledge(key, pos, cursor, now), nil
+}
+
+// checkEpoch refuses a request whose cursor is of another epoch than the
+// store's current one: the relay's (its watch's last good check), and the
+// one the position was read in. When the two differ, the store decides,
+// read again, and the watch is nudged to check soon.
+func (s *Server) checkEpoch(ctx context.Context, c *token.Claims, pos position.State, epoch string) (position.State, error) {
+	cur := s.watch.Epoch()
+	if pos.Epoch == epoch && (cur == "" || cur == epoch) {
+		return pos, nil
+	}
+	if cur != "" && pos.Epoch != cur {
+		// Memory may hold a read of the epoch before; or the store has
+		// moved on since the watch's check.
+		var err error
+		if pos, err = s.readPosition(ctx, c); err != nil {
+			return pos, err
+		}
+		if pos.Epoch != cur {
+			s.watch.Nudge()
+		}
+		if pos.Epoch == epoch && pos.Epoch == cur {
+			return pos, nil
+		}
+	}
+	return pos, epochAhead(pos)
+}
+
+// epochChanged answers a poll whose store read named another epoch than
+// the poll's: the store's position, read again, in its 409.
+func (s *Server) epochChanged(ctx context.Context, c *token.Claims) error {
+	s.watch.Nudge()
+	pos, err := s.readPosition(ctx, c)
+	if err != nil {
+		return err
+	}
+	return epochAhead(pos)
+}
+
+// epochAhead is the 409 for a cursor of another epoch than pos's: the
+// client polls once without cursor and epoch, and takes that answer's.
+func epochAhead(pos position.State) error {
+	head := pos.Head
+	return &httpError{Status: http.StatusConflict, Code: codeCursorAhead,
+		Message: "The cursor is of another epoch of the store (its history went back): poll without cursor and epoch to resynchronise.",
+		Head:    &head, Epoch: pos.Epoch}
 }
 
 // position is what is known of the token's device: from memory, or read
 // from the store (and registered, for a device's first poll or ack).
 func (s *Server) position(ctx context.Context, c *token.Claims) (position.State, error) {
-	if pos, ok := s.memory.Known(c.Key()); ok && pos.Exists {
+	if pos, ok := s.memory.Known(c.Key()); ok && pos.Exists && pos.Epoch != "" {
 		return pos, nil
 	}
 	return s.readPosition(ctx, c)
@@ -410,7 +486,7 @@ const writePollFlush = 32 << 10
 var pollBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writePoll answers a poll with b's envelopes, or with the cursor stored
-// when there are none. The answer is written as it is encoded, a few
+// when there are none, and b's epoch. The answer is written as it is encoded, a few
 // envelopes at a time, and each payload is let go once written, so that
 // an answer blocked on its client holds no more than its batch and one
 // envelope's encoding (an answer encoded whole held that twice over, and
@@ -456,9 +532,11 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 		enc := msgpack.GetEncoder()
 		defer msgpack.PutEncoder(enc)
 		enc.Reset(buf)
-		_ = enc.EncodeMapLen(3)
+		_ = enc.EncodeMapLen(4)
 		_ = enc.EncodeString("cursor")
 		_ = enc.Encode(cursor)
+		_ = enc.EncodeString("epoch")
+		_ = enc.EncodeString(b.Epoch)
 		_ = enc.EncodeString("more")
 		_ = enc.EncodeBool(b.More)
 		_ = enc.EncodeString("envelopes")
@@ -474,6 +552,8 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 	}
 	buf.WriteString(`{"cursor":`)
 	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), cursor, 10))
+	buf.WriteString(`,"epoch":`)
+	buf.Write(strconv.AppendQuote(buf.AvailableBuffer(), b.Epoch)) // base64url: nothing to escape
 	buf.WriteString(`,"more":`)
 	buf.WriteString(strconv.FormatBool(b.More))
 	buf.WriteString(`,"envelopes":[`)

@@ -40,7 +40,7 @@ func TestWritePollEncoding(t *testing.T) {
 		if string(r.body) != string(want) {
 			t.Fatalf("%s, MessagePack:\n got %x\nwant %x", what, r.body, want)
 		}
-		if len(q.Envelopes) != len(p.Envelopes) || q.Cursor != p.Cursor {
+		if len(q.Envelopes) != len(p.Envelopes) || q.Cursor != p.Cursor || q.Epoch != p.Epoch || len(p.Epoch) != 16 {
 			t.Fatalf("%s: the codecs disagree: %+v and %+v", what, p, q)
 		}
 	}

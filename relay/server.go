@@ -71,7 +71,9 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	memory  *devices.Memory
+	memory *devices.Memory
+	// watch checks the store's history and knows its current epoch.
+	watch   *devices.Watch
 	parking *parking.Lot // nil until Serve
 	fleet   *fleet.Watch // nil with one relay
 	// services are the background work, started in New and stopped in
@@ -109,6 +111,10 @@ type logs struct {
 	tokensRefused atomic.Uint64
 	refusedLog    rate.Sometimes
 	ackLog        rate.Sometimes
+	// staleAcks counts acknowledgements the store skipped for being of
+	// an older epoch, for the rate-limited log line.
+	staleAcks   atomic.Uint64
+	staleAckLog rate.Sometimes
 	// corsRefused counts requests from origins FN_CORS_ORIGINS does not
 	// allow, for the rate-limited log line (corsRefused).
 	corsRefused    atomic.Uint64
@@ -162,8 +168,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			devicePolls: newBuckets[device.Key](cfg.DevicePollRate, cfg.DevicePollBurst),
 		},
 		logs: logs{
-			refusedLog: rate.Sometimes{First: 1, Interval: 10 * time.Second},
-			ackLog:     rate.Sometimes{First: 1, Interval: 10 * time.Second},
+			refusedLog:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
+			ackLog:      rate.Sometimes{First: 1, Interval: 10 * time.Second},
+			staleAckLog: rate.Sometimes{First: 1, Interval: time.Minute},
 			// Any page can send an Origin: a line a minute at most.
 			corsRefusedLog: rate.Sometimes{First: 1, Interval: time.Minute},
 		},
@@ -207,10 +214,30 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
 	s.memory = devices.New(devices.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,
-		OnAcks: func(deleted int64, err error) {
-			s.metrics.acked.Add(float64(deleted))
+		OnAcks: func(res store.AckManyResult, err error) {
+			s.metrics.acked.Add(float64(res.Deleted))
 			if err != nil {
 				s.logs.ackLog.Do(func() { s.log.Warn("writing acknowledgements failed; retrying", "err", err) })
+				s.storeFailed(err)
+			}
+			if res.Stale > 0 {
+				total := s.logs.staleAcks.Add(uint64(res.Stale))
+				s.logs.staleAckLog.Do(func() {
+					s.log.Warn("acknowledgements taken in an older epoch of the store were dropped, not applied", "stale", res.Stale, "stale_total", total)
+				})
+				s.watch.Nudge()
+			}
+		},
+	})
+	s.watch = devices.NewWatch(devices.WatchConfig{
+		Store: s.store, Memory: s.memory, Timeout: cfg.StoreTimeout, Logger: s.log,
+		Dropped: func(epochChanged bool) {
+			s.metrics.memoryDrops.Inc()
+			if epochChanged {
+				s.metrics.epochChanges.Inc()
+				// Every held poll, in its handler or parked, reads its
+				// position again and checks its epoch.
+				s.hub.NotifyAll()
 			}
 		},
 	})
@@ -219,7 +246,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// list's read is then heard, and merged into the list
 	// (TestRemovalsHeardDuringRead). No test can catch this line moved
 	// above Observe: the window it would open is a few instructions wide.
-	services := []service.Service{s.memory}
+	// The watch after memory, which it drops: its first check, before the
+	// relay serves, tells the current epoch.
+	services := []service.Service{s.memory, s.watch}
 	s.handler = s.routes()
 	if fh, ok := s.hub.(fleet.Hub); ok && cfg.RelayReplicas > 1 {
 		s.fleet = fleet.New(s.store, fh, s.log, m.fleetTroubled)
