@@ -8,7 +8,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/sqlite"
@@ -139,3 +143,121 @@ func fetchEverything(t *testing.T, st store.Store, dev string) []store.Envelope 
 	return b.Envelopes
 }
 
+
+// flippedStore is a real store whose epoch the test replaces, as a
+// failover that lost commits would: History and every read name the
+// replacement, and acks taken in it reach the store unchecked.
+type flippedStore struct {
+	store.Store
+	mu    sync.Mutex
+	epoch string // "": the store's own
+}
+
+func (f *flippedStore) flip(epoch string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch = epoch
+}
+
+func (f *flippedStore) over(epoch string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.epoch != "" {
+		return f.epoch
+	}
+	return epoch
+}
+
+func (f *flippedStore) History(ctx context.Context) (store.History, error) {
+	h, err := f.Store.History(ctx)
+	h.Epoch = f.over(h.Epoch)
+	h.Instance += "/" + h.Epoch
+	return h, err
+}
+
+func (f *flippedStore) State(ctx context.Context, household, device string) (store.DeviceState, error) {
+	st, err := f.Store.State(ctx, household, device)
+	st.Epoch = f.over(st.Epoch)
+	return st, err
+}
+
+func (f *flippedStore) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, error) {
+	b, err := f.Store.Fetch(ctx, p)
+	b.Epoch = f.over(b.Epoch)
+	return b, err
+}
+
+func (f *flippedStore) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
+	d, err := f.Store.Register(ctx, p)
+	d.Epoch = f.over(d.Epoch)
+	return d, err
+}
+
+func (f *flippedStore) Ack(ctx context.Context, p store.AckParams) (store.Position, error) {
+	p.Epoch = ""
+	pos, err := f.Store.Ack(ctx, p)
+	pos.Epoch = f.over(pos.Epoch)
+	return pos, err
+}
+
+func (f *flippedStore) AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error) {
+	for i := range acks {
+		acks[i].Epoch = ""
+	}
+	return f.Store.AckMany(ctx, acks)
+}
+
+// TestEpochChangeWakesHeldPolls: a poll held with the store's epoch, in
+// its handler or parked, answers 409 cursor_ahead with the new epoch soon
+// after the store's epoch changes, not when its wait runs out; the change
+// is counted. Without the watch waking every held poll, each waits out its
+// 30 s.
+func TestEpochChangeWakesHeldPolls(t *testing.T) {
+	for _, park := range []bool{false, true} {
+		t.Run(fmt.Sprintf("park=%v", park), func(t *testing.T) {
+			db, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "relay.db"), Synchronous: "NORMAL"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			f := &flippedStore{Store: db}
+			h := newHarnessWith(t, Deps{Store: f, Hub: local.New(nil)}, func(c *Config) { c.ParkPolls = park })
+			phone := h.register("home", "phone")
+			p := h.poll(phone, "wait=0")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			answer := make(chan reply, 1)
+			go func() {
+				r, err := h.do(ctx, "GET", fmt.Sprintf("/v1/poll?cursor=%d&epoch=%s&wait=30", p.Cursor, p.Epoch), phone, nil)
+				if err != nil {
+					t.Errorf("held poll: %v", err)
+				}
+				answer <- r
+			}()
+			eventually(t, "the poll held", func() bool {
+				held := h.srv.HeldPolls() == 1
+				if park {
+					held = held && h.srv.parking != nil && h.srv.parking.Parked.Load() == 1
+				}
+				return held
+			})
+			const next = "BBBBBBBBBBBBBBBB"
+			f.flip(next)
+			r := <-answer
+			var body errorBody
+			if r.status != http.StatusConflict {
+				t.Fatalf("held poll after the epoch changed: %d %s, want 409", r.status, r.body)
+			}
+			r.json(t, &body)
+			if body.Error != codeCursorAhead || body.Epoch != next {
+				t.Fatalf("held poll after the epoch changed: %s", r.body)
+			}
+			if n := testutil.ToFloat64(h.srv.metrics.epochChanges); n != 1 {
+				t.Errorf("fn_store_epoch_changes_total = %v, want 1", n)
+			}
+			if n := testutil.ToFloat64(h.srv.metrics.memoryDrops); n < 1 {
+				t.Errorf("fn_store_memory_drops_total = %v, want at least 1", n)
+			}
+		})
+	}
+}
