@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/sqlite"
@@ -260,4 +262,55 @@ func TestEpochChangeWakesHeldPolls(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEpochOnTheWire: the epoch in both codecs (register's and poll's
+// answers, an ack's body, cursor_ahead's body), and a malformed epoch is a
+// 400 naming the field, in the query and in the body.
+func TestEpochOnTheWire(t *testing.T) {
+	h := newHarness(t, nil)
+	phone := h.token("home", "phone")
+	mp := []string{"Accept", contentMsgpack, "Content-Type", contentMsgpack}
+
+	var reg registerResponse
+	r := h.must("POST", "/v1/register", phone, msgpackBody(t, map[string]any{}), http.StatusOK, mp...)
+	if err := msgpack.Unmarshal(r.body, &reg); err != nil || len(reg.Epoch) != 16 {
+		t.Fatalf("register in MessagePack: %+v, %v", reg, err)
+	}
+	cur, err := h.db.History(context.Background())
+	if err != nil || reg.Epoch != cur.Epoch {
+		t.Fatalf("register's epoch %q, the store's %+v, %v", reg.Epoch, cur, err)
+	}
+	h.send(phone, "1", []byte("x"), "phone")
+	var p pollResponse
+	r = h.must("GET", "/v1/poll?wait=0&epoch="+reg.Epoch, phone, nil, http.StatusOK, mp...)
+	if err := msgpack.Unmarshal(r.body, &p); err != nil || p.Epoch != reg.Epoch || len(p.Envelopes) != 1 {
+		t.Fatalf("poll in MessagePack: %+v, %v", p, err)
+	}
+	h.must("POST", "/v1/ack", phone, msgpackBody(t, map[string]any{"cursor": 1, "epoch": reg.Epoch}), http.StatusNoContent, mp...)
+	r = h.must("POST", "/v1/ack", phone, msgpackBody(t, map[string]any{"cursor": 1, "epoch": "AAAAAAAAAAAAAAAA"}), http.StatusConflict, mp...)
+	var body errorBody
+	if err := msgpack.Unmarshal(r.body, &body); err != nil || body.Error != codeCursorAhead || body.Epoch != reg.Epoch || body.Head == nil || *body.Head != 1 {
+		t.Fatalf("cursor_ahead in MessagePack: %+v, %v", body, err)
+	}
+
+	for _, bad := range []string{"", "has%20space", "dot.ted", "x" + strings.Repeat("y", 32), "%C3%A9"} {
+		r := h.must("GET", "/v1/poll?wait=0&epoch="+bad, phone, nil, http.StatusBadRequest)
+		if r.errCode(t) != codeBadRequest || !strings.Contains(string(r.body), "epoch") {
+			t.Errorf("poll with epoch %q: %s", bad, r.body)
+		}
+	}
+	for _, bad := range []any{"", "dot.ted", strings.Repeat("y", 33), 7, true} {
+		r := h.must("POST", "/v1/ack", phone, map[string]any{"cursor": 1, "epoch": bad}, http.StatusBadRequest)
+		if r.errCode(t) != codeBadRequest {
+			t.Errorf("ack with epoch %v: %s", bad, r.body)
+		}
+		if _, isString := bad.(string); isString && !strings.Contains(string(r.body), "epoch") {
+			t.Errorf("ack with epoch %v: %s does not name the field", bad, r.body)
+		}
+	}
+	// Absent: not checked; an epoch of 32 characters is well formed (and
+	// not the current one).
+	h.must("POST", "/v1/ack", phone, `{"cursor":1}`, http.StatusNoContent)
+	h.must("POST", "/v1/ack", phone, map[string]any{"cursor": 1, "epoch": strings.Repeat("y", 32)}, http.StatusConflict)
 }
