@@ -29,7 +29,7 @@ type acks struct {
 	// writing is the batch being written: taken out of pending, not yet
 	// in the store. A read of the store merges both (cursorOf).
 	writing map[device.Key]store.Ack
-	written uint64 // batches written so far
+	written uint64        // batches written so far
 	kick    chan struct{} // a batch grew past ackBatch: write it now
 
 	// writeMu is held while a batch is written, so that flushHousehold can

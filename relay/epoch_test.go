@@ -145,7 +145,6 @@ func fetchEverything(t *testing.T, st store.Store, dev string) []store.Envelope 
 	return b.Envelopes
 }
 
-
 // flippedStore is a real store whose epoch the test replaces, as a
 // failover that lost commits would: History and every read name the
 // replacement, and acks taken in it reach the store unchecked.
