@@ -121,11 +121,13 @@ func (m *Memory) Lost() {
 }
 
 // EpochChanged is the store watch's news that the store's epoch is now
-// epoch: its history may have gone back. What is known is read again, and
-// the acknowledgements pending of another epoch are dropped (the store
-// would skip them); it reports how many.
+// epoch: its history may have gone back. What is known is read again, the
+// envelopes kept from recent sends are dropped (their seqs may name other
+// envelopes now), and the acknowledgements pending of another epoch are
+// dropped (the store would skip them); it reports how many.
 func (m *Memory) EpochChanged(epoch string) int {
 	n := m.acks.dropEpochs(epoch)
+	m.recent.clear()
 	m.Lost()
 	return n
 }

@@ -92,6 +92,15 @@ func (r *recent) forget(k device.Key) {
 	}
 }
 
+// clear drops every envelope kept: the store's history changed, and a seq
+// kept here may name another envelope there now.
+func (r *recent) clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.m)
+	r.order, r.bytes = nil, 0
+}
+
 // expire drops entries older than recentFor; the caller holds mu.
 func (r *recent) expire(now time.Time) {
 	for len(r.order) > 0 && now.Sub(r.order[0].at) > recentFor {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
@@ -108,11 +109,15 @@ func TestWatchDropsMemory(t *testing.T) {
 	if n := len(m.acks.snapshot(k)); n != 1 {
 		t.Fatalf("%d acks pending, want 1", n)
 	}
+	m.recent.put(k, store.Envelope{Seq: 1, ID: "kept"}, device.Life{}, time.Now())
 	hs.set(store.History{Epoch: "new-epoch", Instance: "elsewhere"}, nil)
 	w.Nudge()
 	dropped("epoch changed", true)
 	if n := len(m.acks.snapshot(k)); n != 0 {
 		t.Errorf("%d acks of the old epoch still pending after it changed", n)
+	}
+	if e, ok := m.Recent(k, 1, device.Life{}); ok {
+		t.Errorf("envelope %+v of the old epoch still kept after it changed", e)
 	}
 	select {
 	case got := <-drops:
