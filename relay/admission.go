@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/flamenet/relay/device"
 )
 
@@ -32,7 +30,7 @@ func (s *Server) admit(household string) (release func(), err error) {
 		s.metrics.refusals.WithLabelValues(refusedInflight).Inc()
 		return nil, rateLimited(limitSendInflight, "Too many sends in flight; try again.")
 	}
-	if !s.limits.households.allow(household, s.now()) {
+	if !s.limits.households.Allow(household, s.now()) {
 		<-s.limits.inflight
 		s.metrics.refusals.WithLabelValues(refusedHouseholdRate).Inc()
 		return nil, rateLimited(limitHouseholdRate, "This household sends too fast; try again.")
@@ -56,102 +54,11 @@ func rateLimited(limit, msg string) *httpError {
 // answered) takes a token from the device's bucket, which a correct client
 // never empties.
 func (s *Server) admitPoll(k device.Key, cursor int64) error {
-	if s.limits.devicePolls.allowProgress(k, cursor, s.now()) {
+	if s.limits.devicePolls.AllowProgress(k, cursor, s.now()) {
 		return nil
 	}
 	s.metrics.refusals.WithLabelValues(refusedDevicePollRate).Inc()
 	return rateLimited(limitDevicePollRate, "This device polls too fast without moving its cursor; try again.")
-}
-
-// buckets holds a token bucket for each key (a household's sends, a
-// device's polls). A bucket that has filled up again is the same as a new
-// one, so idle keys are forgotten whenever the map grows past
-// bucketsSweep: memory follows the keys active now, not every key ever
-// seen. (A device's poll bucket forgotten so starts full, and its next
-// poll is not free.)
-type buckets[K comparable] struct {
-	rate  rate.Limit
-	burst int
-
-	mu sync.Mutex
-	m  map[K]*bucket
-}
-
-type bucket struct {
-	*rate.Limiter
-	// cursor is the highest cursor a poll of the device stood at.
-	cursor int64
-}
-
-// bucketsSweep is the map size past which idle buckets are dropped.
-const bucketsSweep = 4096
-
-func newBuckets[K comparable](r float64, burst int) buckets[K] {
-	return buckets[K]{rate: rate.Limit(r), burst: burst, m: make(map[K]*bucket)}
-}
-
-// allow takes a token from key's bucket.
-func (b *buckets[K]) allow(key K, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bk, _ := b.get(key, now)
-	return bk.AllowN(now, 1)
-}
-
-// take takes a token from key's bucket, or reports how long until there
-// is one.
-func (b *buckets[K]) take(key K, now time.Time) (ok bool, wait time.Duration) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bk, _ := b.get(key, now)
-	return takeAt(bk.Limiter, now)
-}
-
-// takeAt takes a token from l at now, or reports how long until there is
-// one (and takes none).
-func takeAt(l *rate.Limiter, now time.Time) (ok bool, wait time.Duration) {
-	r := l.ReserveN(now, 1)
-	if !r.OK() {
-		return false, time.Minute
-	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
-	}
-	return true, 0
-}
-
-// allowProgress lets through for free a poll whose cursor is above every
-// earlier one's of its device, and takes a token for any other.
-func (b *buckets[K]) allowProgress(key K, cursor int64, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bk, fresh := b.get(key, now)
-	switch {
-	case fresh:
-		bk.cursor = cursor
-	case cursor > bk.cursor:
-		bk.cursor = cursor
-		return true
-	}
-	return bk.AllowN(now, 1)
-}
-
-// get is key's bucket, made (fresh) if there was none; b.mu is held.
-func (b *buckets[K]) get(key K, now time.Time) (bk *bucket, fresh bool) {
-	if bk, ok := b.m[key]; ok {
-		return bk, false
-	}
-	if len(b.m) >= bucketsSweep {
-		for k, v := range b.m {
-			if v.TokensAt(now) >= float64(b.burst) {
-				delete(b.m, k)
-			}
-		}
-	}
-	bk = &bucket{Limiter: rate.NewLimiter(b.rate, b.burst)}
-	b.m[key] = bk
-	return bk, true
 }
 
 // gates lets one send at a time per device reach the store from this relay.

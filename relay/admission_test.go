@@ -213,19 +213,3 @@ func TestDevicePollRate(t *testing.T) {
 		t.Fatalf("%v poll refusals counted, want 2", n)
 	}
 }
-
-// TestHouseholdBucketsAreBounded: buckets of households that stopped
-// sending (full again) are forgotten once the map passes bucketsSweep, so
-// memory follows the households sending now. Without the sweep the map
-// held every household ever seen (tried).
-func TestHouseholdBucketsAreBounded(t *testing.T) {
-	h := newBuckets[string](10, 5)
-	now := time.Unix(1_800_000_000, 0)
-	for i := range 3 * bucketsSweep {
-		// Each household sends once, then a second passes: full again.
-		h.allow(fmt.Sprint("h", i), now.Add(time.Duration(i)*time.Second))
-	}
-	if n := len(h.m); n > bucketsSweep+1 {
-		t.Fatalf("%d household buckets kept, sweep at %d", n, bucketsSweep)
-	}
-}

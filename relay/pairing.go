@@ -18,6 +18,7 @@ import (
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/accesslog"
+	"github.com/flamenet/relay/internal/buckets"
 	"github.com/flamenet/relay/internal/edkey"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -53,7 +54,7 @@ const (
 // pairing is the pairing endpoints' state; key nil: pairing is off.
 type pairing struct {
 	key       ed25519.PrivateKey
-	addresses buckets[string]
+	addresses *buckets.Buckets[string]
 	all       *rate.Limiter
 }
 
@@ -82,7 +83,7 @@ func (s *Server) initPairing() {
 	}
 	s.pairing = pairing{
 		key:       c.IssuerKey,
-		addresses: newBuckets[string](float64(c.PairRatePerAddress)/60, c.PairRatePerAddress),
+		addresses: buckets.New[string](float64(c.PairRatePerAddress)/60, c.PairRatePerAddress),
 		all:       rate.NewLimiter(rate.Limit(float64(c.PairRate)/60), c.PairRate),
 	}
 }
@@ -119,12 +120,12 @@ func (s *Server) unauthed(h func(w http.ResponseWriter, r *http.Request) error) 
 func (s *Server) admitPairing(r *http.Request) error {
 	now := s.now()
 	addr := accesslog.ClientAddr(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), s.cfg.TrustedProxies)
-	if ok, wait := s.pairing.addresses.take(addr, now); !ok {
+	if ok, wait := s.pairing.addresses.Take(addr, now); !ok {
 		he := rateLimited(limitPairAddress, "Too many attempts from this address; try again later.")
 		he.RetryAfter = wait
 		return he
 	}
-	if ok, wait := takeAt(s.pairing.all, now); !ok {
+	if ok, wait := buckets.TakeAt(s.pairing.all, now); !ok {
 		he := rateLimited(limitPairRate, "Too many attempts; try again later.")
 		he.RetryAfter = wait
 		return he

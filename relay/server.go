@@ -27,6 +27,7 @@ import (
 	"github.com/flamenet/relay/expire"
 	"github.com/flamenet/relay/fleet"
 	"github.com/flamenet/relay/internal/accesslog"
+	"github.com/flamenet/relay/internal/buckets"
 	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/service"
@@ -98,8 +99,8 @@ type limits struct {
 	timing      answerTiming // how long answers have to be written
 	inflight    chan struct{}
 	limiter     *rate.Limiter
-	households  buckets[string]
-	devicePolls buckets[device.Key]
+	households  *buckets.Buckets[string]
+	devicePolls *buckets.Buckets[device.Key]
 	gates       *gates // nil: the store queues sends per device itself
 }
 
@@ -164,8 +165,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		limits: limits{
 			inflight:    make(chan struct{}, cfg.SendInflight),
 			limiter:     rate.NewLimiter(rate.Limit(cfg.SendRate), cfg.SendBurst),
-			households:  newBuckets[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
-			devicePolls: newBuckets[device.Key](cfg.DevicePollRate, cfg.DevicePollBurst),
+			households:  buckets.New[string](cfg.HouseholdSendRate, cfg.HouseholdSendBurst),
+			devicePolls: buckets.New[device.Key](cfg.DevicePollRate, cfg.DevicePollBurst),
 		},
 		logs: logs{
 			refusedLog:  rate.Sometimes{First: 1, Interval: 10 * time.Second},
