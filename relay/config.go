@@ -13,7 +13,7 @@ type Config struct {
 	// IssuerKeys are the trusted token issuers' public keys; at least one.
 	IssuerKeys []ed25519.PublicKey
 	// IssuerKey, when set, is the private key of one of IssuerKeys: the
-	// relay then pairs devices and mints their tokens (pairing.go). nil:
+	// relay then pairs devices and mints their tokens (package pairing). nil:
 	// tokens come from elsewhere and the pairing endpoints are 404.
 	IssuerKey ed25519.PrivateKey
 	// InviteTTL, AccessTokenTTL and RenewalTTL are the lifetimes of an

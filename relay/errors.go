@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/store"
 )
 
@@ -106,7 +107,17 @@ func fromStore(err error) *httpError {
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "The store is unavailable; try again.", Cause: err}
 	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return &httpError{Status: we.Status, Code: wireCodes[we.Status], Message: we.Message, Limit: we.Limit, RetryAfter: we.RetryAfter}
+	}
 	return &httpError{Status: http.StatusInternalServerError, Code: codeInternal, Message: "Internal error.", Cause: err}
+}
+
+// wireCodes are the error codes of the statuses a wire.Error has.
+var wireCodes = map[int]string{
+	http.StatusBadRequest: codeBadRequest, http.StatusUnauthorized: codeUnauthorized, http.StatusForbidden: codeForbidden,
+	http.StatusNotFound: codeNotFound, http.StatusRequestEntityTooLarge: codePayloadTooLarge, http.StatusTooManyRequests: codeRateLimited,
 }
 
 // retryAfter is a jittered number of whole seconds, so that refused clients

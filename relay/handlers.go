@@ -16,6 +16,7 @@ import (
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -520,7 +521,7 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request, c *token.Claims
 		out.Next = ds[len(ds)-1].Name
 	}
 	for _, d := range ds {
-		j := deviceJSON{Device: d.Name, RegisteredAt: timestamp(d.RegisteredAt), LastSeen: timestamp(d.LastSeen), PushKind: d.Push.Kind}
+		j := deviceJSON{Device: d.Name, RegisteredAt: wire.Timestamp(d.RegisteredAt), LastSeen: wire.Timestamp(d.LastSeen), PushKind: d.Push.Kind}
 		if d.Push.Empty() {
 			j.PushKind = device.PushNone
 		}
@@ -557,14 +558,6 @@ func (s *Server) deleteDevice(w http.ResponseWriter, r *http.Request, c *token.C
 	}
 	writeNoContent(w, r)
 	return nil
-}
-
-// timestamp is the wire form of a time: RFC 3339 in UTC with microseconds.
-func timestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000000Z")
 }
 
 // query reads URL parameters strictly: a parameter given twice is a 400.

@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/token"
 )
 
@@ -56,7 +57,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	h := newHarness(t, nil)
 	var served []string
-	err := chi.Walk(h.srv.router(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+	err := chi.Walk(h.srv.router(nil), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)
 		return nil
 	})
@@ -210,52 +211,52 @@ func TestOpenAPIStatuses(t *testing.T) {
 
 	// Pairing: a relay that pairs (attempts unlimited but for one
 	// address's bucket on tight), and one whose tokens come from elsewhere.
-	pairing := newHarness(t, func(c *Config) { c.PairRatePerAddress = 1000 })
+	pairs := newHarness(t, func(c *Config) { c.PairRatePerAddress = 1000 })
 	pairTight := newHarness(t, func(c *Config) { c.PairRatePerAddress = 1 })
 	off := newHarness(t, func(c *Config) { c.IssuerKey = nil })
-	pairAdmin := pairing.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-	toPair := pairing.invite(pairAdmin, "phone", "")
-	paired := pairing.pairWith(map[string]any{"code": pairing.invite(pairAdmin, "tablet", "admin").Code}, http.StatusOK)
+	pairAdmin := pairs.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+	toPair := pairs.invite(pairAdmin, "phone", "")
+	paired := pairs.pairWith(map[string]any{"code": pairs.invite(pairAdmin, "tablet", "admin").Code}, http.StatusOK)
 	code := func(c string) map[string]any { return map[string]any{"code": c} }
 	secret := func(s string) map[string]any { return map[string]any{"renewal_secret": s} }
 	for _, r := range []call{
-		{h: pairing, op: "POST /v1/invitations", dev: admin, body: `{"device":"laptop"}`, status: 201},
-		{h: pairing, op: "POST /v1/invitations", dev: admin, body: msgpackBody(t, map[string]any{"device": "watch", "scope": "admin"}), header: asMsgpack, status: 201},
-		{h: pairing, op: "POST /v1/invitations", dev: admin, body: `{"device":"bad name"}`, status: 400, code: codeBadRequest},
-		{h: pairing, op: "POST /v1/invitations", body: `{"device":"laptop"}`, status: 401, code: codeUnauthorized},
-		{h: pairing, op: "POST /v1/invitations", dev: phone, body: `{"device":"laptop"}`, status: 403, code: codeForbidden},
+		{h: pairs, op: "POST /v1/invitations", dev: admin, body: `{"device":"laptop"}`, status: 201},
+		{h: pairs, op: "POST /v1/invitations", dev: admin, body: msgpackBody(t, map[string]any{"device": "watch", "scope": "admin"}), header: asMsgpack, status: 201},
+		{h: pairs, op: "POST /v1/invitations", dev: admin, body: `{"device":"bad name"}`, status: 400, code: codeBadRequest},
+		{h: pairs, op: "POST /v1/invitations", body: `{"device":"laptop"}`, status: 401, code: codeUnauthorized},
+		{h: pairs, op: "POST /v1/invitations", dev: phone, body: `{"device":"laptop"}`, status: 403, code: codeForbidden},
 		{h: off, op: "POST /v1/invitations", dev: admin, body: `{"device":"laptop"}`, status: 404, code: codeNotFound},
-		{h: pairing, op: "POST /v1/invitations", dev: admin, body: big(1 << 10), status: 413, code: codePayloadTooLarge},
+		{h: pairs, op: "POST /v1/invitations", dev: admin, body: big(1 << 10), status: 413, code: codePayloadTooLarge},
 		{h: broken, op: "POST /v1/invitations", dev: admin, body: `{"device":"laptop"}`, status: 500, code: codeInternal},
 		{h: slow, op: "POST /v1/invitations", dev: admin, body: `{"device":"laptop"}`, status: 503, code: codeUnavailable},
 
-		{h: pairing, op: "GET /v1/invitations", dev: admin, status: 200},
-		{h: pairing, op: "GET /v1/invitations", dev: admin, header: wantMsgpack, status: 200},
-		{h: pairing, op: "GET /v1/invitations", status: 401, code: codeUnauthorized},
-		{h: pairing, op: "GET /v1/invitations", dev: phone, status: 403, code: codeForbidden},
+		{h: pairs, op: "GET /v1/invitations", dev: admin, status: 200},
+		{h: pairs, op: "GET /v1/invitations", dev: admin, header: wantMsgpack, status: 200},
+		{h: pairs, op: "GET /v1/invitations", status: 401, code: codeUnauthorized},
+		{h: pairs, op: "GET /v1/invitations", dev: phone, status: 403, code: codeForbidden},
 		{h: off, op: "GET /v1/invitations", dev: admin, status: 404, code: codeNotFound},
 		{h: broken, op: "GET /v1/invitations", dev: admin, status: 500, code: codeInternal},
 		{h: slow, op: "GET /v1/invitations", dev: admin, status: 503, code: codeUnavailable},
 
-		{h: pairing, op: "POST /v1/pair", body: map[string]any{"code": toPair.Code, "identity_key": []byte(pub)}, status: 200},
-		{h: pairing, op: "POST /v1/pair", body: `{"code":5}`, status: 400, code: codeBadRequest},
-		{h: pairing, op: "POST /v1/pair", body: code(toPair.Code), status: 401, code: codeUnauthorized},
-		{h: pairing, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), header: wantMsgpack, status: 401, code: codeUnauthorized},
+		{h: pairs, op: "POST /v1/pair", body: map[string]any{"code": toPair.Code, "identity_key": []byte(pub)}, status: 200},
+		{h: pairs, op: "POST /v1/pair", body: `{"code":5}`, status: 400, code: codeBadRequest},
+		{h: pairs, op: "POST /v1/pair", body: code(toPair.Code), status: 401, code: codeUnauthorized},
+		{h: pairs, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), header: wantMsgpack, status: 401, code: codeUnauthorized},
 		{h: off, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 404, code: codeNotFound},
-		{h: pairing, op: "POST /v1/pair", body: big(1 << 10), status: 413, code: codePayloadTooLarge},
+		{h: pairs, op: "POST /v1/pair", body: big(1 << 10), status: 413, code: codePayloadTooLarge},
 		{h: pairTight, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 401, code: codeUnauthorized},
-		{h: pairTight, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 429, code: codeRateLimited, limit: limitPairAddress},
+		{h: pairTight, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 429, code: codeRateLimited, limit: pairing.LimitAddress},
 		{h: broken, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 500, code: codeInternal},
 		{h: slow, op: "POST /v1/pair", body: code("ABCDE-FGHJK"), status: 503, code: codeUnavailable},
 
-		{h: pairing, op: "POST /v1/renew", body: msgpackBody(t, secret(paired.RenewalSecret)), header: asMsgpack, status: 200},
-		{h: pairing, op: "POST /v1/renew", body: `{}`, status: 400, code: codeBadRequest},
-		{h: pairing, op: "POST /v1/renew", body: secret(newRenewalSecret()), status: 401, code: codeUnauthorized},
-		{h: off, op: "POST /v1/renew", body: secret(newRenewalSecret()), status: 404, code: codeNotFound},
-		{h: pairing, op: "POST /v1/renew", body: big(1 << 10), status: 413, code: codePayloadTooLarge},
-		{h: pairTight, op: "POST /v1/renew", body: secret(newRenewalSecret()), header: wantMsgpack, status: 429, code: codeRateLimited, limit: limitPairAddress},
-		{h: broken, op: "POST /v1/renew", body: secret(newRenewalSecret()), status: 500, code: codeInternal},
-		{h: slow, op: "POST /v1/renew", body: secret(newRenewalSecret()), status: 503, code: codeUnavailable},
+		{h: pairs, op: "POST /v1/renew", body: msgpackBody(t, secret(paired.RenewalSecret)), header: asMsgpack, status: 200},
+		{h: pairs, op: "POST /v1/renew", body: `{}`, status: 400, code: codeBadRequest},
+		{h: pairs, op: "POST /v1/renew", body: secret(pairing.NewRenewalSecret()), status: 401, code: codeUnauthorized},
+		{h: off, op: "POST /v1/renew", body: secret(pairing.NewRenewalSecret()), status: 404, code: codeNotFound},
+		{h: pairs, op: "POST /v1/renew", body: big(1 << 10), status: 413, code: codePayloadTooLarge},
+		{h: pairTight, op: "POST /v1/renew", body: secret(pairing.NewRenewalSecret()), header: wantMsgpack, status: 429, code: codeRateLimited, limit: pairing.LimitAddress},
+		{h: broken, op: "POST /v1/renew", body: secret(pairing.NewRenewalSecret()), status: 500, code: codeInternal},
+		{h: slow, op: "POST /v1/renew", body: secret(pairing.NewRenewalSecret()), status: 503, code: codeUnavailable},
 	} {
 		c.check(r)
 	}

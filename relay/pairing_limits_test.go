@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/wire"
+	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/token"
 )
@@ -30,7 +32,7 @@ func TestPairingOff(t *testing.T) {
 		{"GET", "/v1/invitations", admin, ""},
 		{"POST", "/v1/invitations", "", `{"device":"phone"}`},
 		{"POST", "/v1/pair", "", `{"code":"ABCDE-FGHJK"}`},
-		{"POST", "/v1/renew", "", `{"renewal_secret":"` + newRenewalSecret() + `"}`},
+		{"POST", "/v1/renew", "", `{"renewal_secret":"` + pairing.NewRenewalSecret() + `"}`},
 	} {
 		if code := h.must(r.method, r.path, r.tok, r.body, http.StatusNotFound).errCode(t); code != codeNotFound {
 			t.Errorf("%s %s: %s, want not_found", r.method, r.path, code)
@@ -104,12 +106,12 @@ func TestPairRateLimits(t *testing.T) {
 			attempt(h, http.StatusUnauthorized, xff("192.0.2.1")...)
 		}
 		// Renew spends the same bucket.
-		r := h.must("POST", "/v1/renew", "", map[string]any{"renewal_secret": newRenewalSecret()}, http.StatusTooManyRequests, xff("192.0.2.1")...)
-		refused(t, r, limitPairAddress, "20") // 3 a minute: one every 20 s
+		r := h.must("POST", "/v1/renew", "", map[string]any{"renewal_secret": pairing.NewRenewalSecret()}, http.StatusTooManyRequests, xff("192.0.2.1")...)
+		refused(t, r, pairing.LimitAddress, "20") // 3 a minute: one every 20 s
 		// Another address has its own bucket.
 		attempt(h, http.StatusUnauthorized, xff("192.0.2.2")...)
 		clk.advance(19 * time.Second)
-		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.1")...), limitPairAddress, "1")
+		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.1")...), pairing.LimitAddress, "1")
 		clk.advance(time.Second)
 		attempt(h, http.StatusUnauthorized, xff("192.0.2.1")...)
 	})
@@ -120,7 +122,7 @@ func TestPairRateLimits(t *testing.T) {
 		for i := range 3 {
 			attempt(h, http.StatusUnauthorized, xff("192.0.2."+string(rune('1'+i)))...)
 		}
-		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.9")...), limitPairAddress, "20")
+		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.9")...), pairing.LimitAddress, "20")
 	})
 
 	t.Run("global", func(t *testing.T) {
@@ -131,7 +133,7 @@ func TestPairRateLimits(t *testing.T) {
 		for i := range 4 {
 			attempt(h, http.StatusUnauthorized, xff("192.0.2."+string(rune('1'+i)))...)
 		}
-		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.8")...), limitPairRate, "15")
+		refused(t, attempt(h, http.StatusTooManyRequests, xff("192.0.2.8")...), pairing.LimitRate, "15")
 		clk.advance(15 * time.Second)
 		attempt(h, http.StatusUnauthorized, xff("192.0.2.9")...)
 	})
@@ -146,7 +148,7 @@ func TestRenewRotation(t *testing.T) {
 	for range 3 {
 		clk.advance(50 * time.Minute) // within the secret's hour, past its predecessor's
 		next := h.renewWith(c.RenewalSecret, http.StatusOK)
-		if want := timestamp(clk.now().UTC().Truncate(time.Microsecond).Add(time.Hour)); next.RenewalExpiresAt != want {
+		if want := wire.Timestamp(clk.now().UTC().Truncate(time.Microsecond).Add(time.Hour)); next.RenewalExpiresAt != want {
 			t.Errorf("renewal_expires_at %s, want %s", next.RenewalExpiresAt, want)
 		}
 		c = next
@@ -225,7 +227,7 @@ func TestPairAfterRemoval(t *testing.T) {
 func TestInvitationLinks(t *testing.T) {
 	link := func(h *harness, admin string, header ...string) string {
 		t.Helper()
-		var out invitationResponse
+		var out pairing.InvitationResponse
 		h.must("POST", "/v1/invitations", admin, `{"device":"phone"}`, http.StatusCreated, header...).json(t, &out)
 		if !strings.HasSuffix(out.URL, "/console/#pair="+out.Code) {
 			t.Errorf("url %q does not end in the code", out.URL)
@@ -261,9 +263,9 @@ func TestInvitationsList(t *testing.T) {
 	key := []byte(h.key.Public().(ed25519.PublicKey))
 	h.pairWith(map[string]any{"code": tablet.Code, "identity_key": key}, http.StatusOK)
 
-	list := func() (invitationsResponse, []byte) {
+	list := func() (pairing.InvitationsResponse, []byte) {
 		r := h.must("GET", "/v1/invitations", h.adminAt(clk.now()), nil, http.StatusOK)
-		var out invitationsResponse
+		var out pairing.InvitationsResponse
 		r.json(t, &out)
 		return out, r.body
 	}
@@ -345,7 +347,7 @@ func TestPairingStoresHashesOnly(t *testing.T) {
 		}
 		files = append(files, b...)
 	}
-	norm, _ := normalizeCode(inv.Code)
+	norm := strings.ReplaceAll(inv.Code, "-", "") // as the store hashes it
 	for _, s := range []string{norm, c.RenewalSecret, next.RenewalSecret} {
 		if bytes.Contains(files, []byte(s)) {
 			t.Errorf("the database holds %q", s)

@@ -7,13 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/internal/wire"
+	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake/local"
@@ -72,20 +73,20 @@ func (h *harness) adminAt(now time.Time) string {
 	return h.mint(token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
 }
 
-func (h *harness) invite(admin, device, scope string) invitationResponse {
+func (h *harness) invite(admin, device, scope string) pairing.InvitationResponse {
 	h.t.Helper()
 	body := map[string]any{"device": device}
 	if scope != "" {
 		body["scope"] = scope
 	}
-	var out invitationResponse
+	var out pairing.InvitationResponse
 	h.must("POST", "/v1/invitations", admin, body, http.StatusCreated).json(h.t, &out)
 	return out
 }
 
-func (h *harness) pairWith(body any, want int) credentialsResponse {
+func (h *harness) pairWith(body any, want int) pairing.CredentialsResponse {
 	h.t.Helper()
-	var out credentialsResponse
+	var out pairing.CredentialsResponse
 	r := h.must("POST", "/v1/pair", "", body, want)
 	if want == http.StatusOK {
 		r.json(h.t, &out)
@@ -93,9 +94,9 @@ func (h *harness) pairWith(body any, want int) credentialsResponse {
 	return out
 }
 
-func (h *harness) renewWith(secret string, want int) credentialsResponse {
+func (h *harness) renewWith(secret string, want int) pairing.CredentialsResponse {
 	h.t.Helper()
-	var out credentialsResponse
+	var out pairing.CredentialsResponse
 	r := h.must("POST", "/v1/renew", "", map[string]any{"renewal_secret": secret}, want)
 	if want == http.StatusOK {
 		r.json(h.t, &out)
@@ -117,12 +118,12 @@ func TestPairEndToEnd(t *testing.T) {
 	if want := h.url + "/console/#pair=" + inv.Code; inv.URL != want {
 		t.Errorf("url = %q, want %q", inv.URL, want)
 	}
-	if want := timestamp(now.UTC().Truncate(time.Microsecond).Add(10 * time.Minute)); inv.ExpiresAt != want {
+	if want := wire.Timestamp(now.UTC().Truncate(time.Microsecond).Add(10 * time.Minute)); inv.ExpiresAt != want {
 		t.Errorf("expires_at = %q, want %q", inv.ExpiresAt, want)
 	}
 	key := []byte(h.key.Public().(ed25519.PublicKey)) // any valid Ed25519 public key
 	c := h.pairWith(map[string]any{"code": inv.Code, "identity_key": key}, http.StatusOK)
-	if c.Household != "home" || c.Device != "phone" || c.Scope != "device" || !validRenewalSecret(c.RenewalSecret) {
+	if c.Household != "home" || c.Device != "phone" || c.Scope != "device" || !pairing.ValidRenewalSecret(c.RenewalSecret) {
 		t.Fatalf("pair = %+v", c)
 	}
 	claims, err := token.Verify(c.AccessToken, h.srv.keys, clk.now())
@@ -133,10 +134,10 @@ func TestPairEndToEnd(t *testing.T) {
 		claims.IssuedAt.Unix() != now.Unix() || claims.Expires.Sub(claims.IssuedAt) != 20*time.Minute {
 		t.Errorf("claims %+v, want home/phone/device issued now for 20m", claims)
 	}
-	if want := timestamp(claims.Expires); c.AccessExpiresAt != want {
+	if want := wire.Timestamp(claims.Expires); c.AccessExpiresAt != want {
 		t.Errorf("access_expires_at = %q, want %q", c.AccessExpiresAt, want)
 	}
-	if want := timestamp(now.UTC().Truncate(time.Microsecond).Add(90 * 24 * time.Hour)); c.RenewalExpiresAt != want {
+	if want := wire.Timestamp(now.UTC().Truncate(time.Microsecond).Add(90 * 24 * time.Hour)); c.RenewalExpiresAt != want {
 		t.Errorf("renewal_expires_at = %q, want %q", c.RenewalExpiresAt, want)
 	}
 	// The token works, and the device is registered with its key.
@@ -146,7 +147,7 @@ func TestPairEndToEnd(t *testing.T) {
 		t.Fatalf("devices = %+v", list.Devices)
 	}
 	// The admin sees the redemption and the key.
-	var ins invitationsResponse
+	var ins pairing.InvitationsResponse
 	h.must("GET", "/v1/invitations", admin, nil, http.StatusOK).json(t, &ins)
 	if len(ins.Invitations) != 1 || ins.Invitations[0].RedeemedAt == nil || string(ins.Invitations[0].IdentityKey) != string(key) {
 		t.Fatalf("invitations = %+v", ins)
@@ -191,61 +192,10 @@ func TestInvitationScopes(t *testing.T) {
 	h.invite(c.AccessToken, "watch", "")
 }
 
-// TestCodeShape: codes are ten characters of Crockford's base32 in two
-// groups, and differ; the alphabet's 32 characters all occur.
-func TestCodeShape(t *testing.T) {
-	re := regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{5}-[0-9A-HJKMNP-TV-Z]{5}$`)
-	seen := map[string]bool{}
-	chars := map[rune]bool{}
-	for range 2000 {
-		c := newCode()
-		if !re.MatchString(c) {
-			t.Fatalf("code %q is not two groups of five Crockford base32 characters", c)
-		}
-		if seen[c] {
-			t.Fatalf("code %q drawn twice in 2000 (50 bits each)", c)
-		}
-		seen[c] = true
-		for _, r := range c {
-			chars[r] = true
-		}
-	}
-	if len(chars) != 33 { // 32 and the dash
-		t.Errorf("2000 codes used %d characters, want all 32 and the dash", len(chars))
-	}
-	for _, n := range []string{"ABCDE-FGHJK"} {
-		if got, ok := normalizeCode(n); !ok || got != "ABCDEFGHJK" {
-			t.Errorf("normalizeCode(%q) = %q, %v", n, got, ok)
-		}
-	}
-}
-
-// TestCodeNormalization: a code redeems however it is typed (case,
-// dashes, spaces, O for 0, I and L for 1); anything else outside the
-// alphabet is the same refusal as a wrong code.
-func TestCodeNormalization(t *testing.T) {
-	for _, tt := range []struct {
-		name, in, want string
-		ok             bool
-	}{
-		{"canonical", "ABCDE-FGHJK", "ABCDEFGHJK", true},
-		{"lower, no dash", "abcdefghjk", "ABCDEFGHJK", true},
-		{"spaces", " AB CDE FGH JK ", "ABCDEFGHJK", true},
-		{"O I L", "O0IIL-1lioo", "0011111100", true},
-		{"U", "ABCDE-FGHJU", "", false},
-		{"short", "ABCDE-FGHJ", "", false},
-		{"long", "ABCDE-FGHJKM", "", false},
-		{"punctuation", "ABCDE_FGHJK", "", false},
-		{"unicode", "ABCDE-FGHJĸ", "", false},
-		{"empty", "", "", false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := normalizeCode(tt.in)
-			if got != tt.want || ok != tt.ok {
-				t.Errorf("normalizeCode(%q) = %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
-			}
-		})
-	}
+// TestTypedCodePairs: a code redeems however it is typed (case, dashes
+// as spaces, O for 0, L for 1); pairing's TestCodeNormalization has the
+// rules.
+func TestTypedCodePairs(t *testing.T) {
 	h, clk := newPairingHarness(t, nil)
 	inv := h.invite(h.adminAt(clk.now()), "phone", "")
 	typed := strings.ToLower(strings.ReplaceAll(inv.Code, "-", " "))
@@ -281,17 +231,17 @@ func TestPairRefusalsAlike(t *testing.T) {
 		}
 		bodies = append(bodies, string(r.body))
 	}
-	check("/v1/pair", map[string]any{"code": "00000-00000"})                   // unknown
-	check("/v1/pair", map[string]any{"code": "not a code"})                    // malformed
-	check("/v1/pair", map[string]any{"code": used.Code})                       // used
-	check("/v1/pair", map[string]any{"code": expired.Code})                    // expired
-	check("/v1/pair", map[string]any{"code": replaced.Code})                   // replaced
-	check("/v1/pair", map[string]any{"code": removedAgain.Code})               // removed
-	check("/v1/renew", map[string]any{"renewal_secret": "fnr1.x"})             // malformed
-	check("/v1/renew", map[string]any{"renewal_secret": newRenewalSecret()})   // unknown
-	check("/v1/renew", map[string]any{"renewal_secret": gone.RenewalSecret})   // removed
-	check("/v1/renew", map[string]any{"renewal_secret": first.RenewalSecret})  // reused: revokes
-	check("/v1/renew", map[string]any{"renewal_secret": second.RenewalSecret}) // revoked
+	check("/v1/pair", map[string]any{"code": "00000-00000"})                         // unknown
+	check("/v1/pair", map[string]any{"code": "not a code"})                          // malformed
+	check("/v1/pair", map[string]any{"code": used.Code})                             // used
+	check("/v1/pair", map[string]any{"code": expired.Code})                          // expired
+	check("/v1/pair", map[string]any{"code": replaced.Code})                         // replaced
+	check("/v1/pair", map[string]any{"code": removedAgain.Code})                     // removed
+	check("/v1/renew", map[string]any{"renewal_secret": "fnr1.x"})                   // malformed
+	check("/v1/renew", map[string]any{"renewal_secret": pairing.NewRenewalSecret()}) // unknown
+	check("/v1/renew", map[string]any{"renewal_secret": gone.RenewalSecret})         // removed
+	check("/v1/renew", map[string]any{"renewal_secret": first.RenewalSecret})        // reused: revokes
+	check("/v1/renew", map[string]any{"renewal_secret": second.RenewalSecret})       // revoked
 	for _, b := range bodies[1:] {
 		if b != bodies[0] {
 			t.Errorf("refusal bodies differ: %q and %q", bodies[0], b)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/position"
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
@@ -575,7 +576,7 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 // wireEnvelope is e as an answer carries it. It takes e's payload: the
 // batch lets each go once it is encoded.
 func wireEnvelope(e *store.Envelope) *envelopeJSON {
-	out := &envelopeJSON{Seq: e.Seq, ID: e.ID, From: e.From, SentAt: timestamp(e.SentAt), Payload: e.Payload}
+	out := &envelopeJSON{Seq: e.Seq, ID: e.ID, From: e.From, SentAt: wire.Timestamp(e.SentAt), Payload: e.Payload}
 	e.Payload = nil
 	return out
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/service"
+	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -86,7 +87,6 @@ type Server struct {
 	draining  atomic.Bool
 	readiness readiness
 	limits    limits
-	pairing   pairing
 	logs      logs
 	hooks     hooks
 	run       run
@@ -189,7 +189,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.initPairing()
 	s.limits.timing = answerTiming{base: cfg.AnswerTimeout, rate: cfg.AnswerMinRate}
 	if s.cfg.DeviceAnswerBytesInFlight == 0 {
 		s.cfg.DeviceAnswerBytesInFlight = 2 * s.cfg.pendingAnswerSize(math.MaxInt64, maxPollLimit)
@@ -250,7 +249,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// The watch after memory, which it drops: its first check, before the
 	// relay serves, tells the current epoch.
 	services := []service.Service{s.memory, s.watch}
-	s.handler = s.routes()
+	s.handler = s.routes(s.newPairing())
 	if fh, ok := s.hub.(fleet.Hub); ok && cfg.RelayReplicas > 1 {
 		s.fleet = fleet.New(s.store, fh, s.log, m.fleetTroubled)
 		services = append(services, s.fleet)
@@ -272,8 +271,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // HeldPolls is how many polls are waiting right now.
 func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
-func (s *Server) routes() http.Handler {
-	r := s.router()
+func (s *Server) routes(p *pairing.Pairing) http.Handler {
+	r := s.router(p)
 	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, s.corsRefused, r))))
 }
 
@@ -283,7 +282,7 @@ func (s *Server) routes() http.Handler {
 // logged too.
 const routePoll = "/v1/poll"
 
-func (s *Server) router() chi.Router {
+func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r := chi.NewRouter()
 	// First, so that every answer, the router's own 404 and 405 included,
 	// is logged with the route pattern that matched.
@@ -303,12 +302,12 @@ func (s *Server) router() chi.Router {
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
-	r.Post("/v1/invitations", s.pairingOn(s.authed(s.createInvitation)))
-	r.Get("/v1/invitations", s.pairingOn(s.authed(s.listInvitations)))
-	r.Post("/v1/pair", s.unauthed(s.pair))
-	r.Post("/v1/renew", s.unauthed(s.renew))
+	r.Post("/v1/invitations", s.pairingOn(p, s.authed(p.CreateInvitation)))
+	r.Get("/v1/invitations", s.pairingOn(p, s.authed(p.ListInvitations)))
+	r.Post("/v1/pair", s.pairingOn(p, s.unauthed(p.Pair)))
+	r.Post("/v1/renew", s.pairingOn(p, s.unauthed(p.Renew)))
 	if s.cfg.Console {
-		s.consoleRoutes(r)
+		s.consoleRoutes(r, p)
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "No such endpoint."))
