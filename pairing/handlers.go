@@ -30,6 +30,15 @@ type InvitationResponse struct {
 	ExpiresAt string `json:"expires_at" msgpack:"expires_at"`
 }
 
+// read decodes the request's body, at most bodyLimit bytes, into v.
+func read(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := wire.ReadBody(w, r, bodyLimit)
+	if err != nil {
+		return err
+	}
+	return wire.DecodeRequest(r, body, v)
+}
+
 func badRequest(msg string) error { return &wire.Error{Status: http.StatusBadRequest, Message: msg} }
 
 func requireAdmin(c *token.Claims, what string) error {
@@ -46,7 +55,7 @@ func (p *Pairing) CreateInvitation(w http.ResponseWriter, r *http.Request, c *to
 		return err
 	}
 	var req invitationRequest
-	if err := p.api.Read(w, r, bodyLimit, &req); err != nil {
+	if err := read(w, r, &req); err != nil {
 		return err
 	}
 	if !device.ValidName(req.Device) {
@@ -212,7 +221,7 @@ func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req pairRequest
-	if err := p.api.Read(w, r, bodyLimit, &req); err != nil {
+	if err := read(w, r, &req); err != nil {
 		return err
 	}
 	if req.Code == nil {
@@ -250,7 +259,7 @@ func (p *Pairing) Renew(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var req renewRequest
-	if err := p.api.Read(w, r, bodyLimit, &req); err != nil {
+	if err := read(w, r, &req); err != nil {
 		return err
 	}
 	if req.RenewalSecret == nil {

@@ -6,8 +6,8 @@
 // another issuer.
 //
 // The handlers of /v1/invitations, /v1/pair and /v1/renew are here; the
-// relay routes them, checks the admin's token, and lends them its codec and
-// deadlines (API).
+// relay routes them, checks the admin's token, and lends them its answers'
+// deadlines, its store deadline and its access log (API).
 package pairing
 
 import (
@@ -70,10 +70,8 @@ const (
 )
 
 // API is what the handlers take from the server that routes them, so that
-// pairing's requests and answers are the API's like any other.
+// pairing's answers are the API's like any other.
 type API interface {
-	// Read decodes the request's body, at most limit bytes, into v.
-	Read(w http.ResponseWriter, r *http.Request, limit int64, v any) error
 	// Write answers with v, encoded as the client asked.
 	Write(w http.ResponseWriter, r *http.Request, status int, v any)
 	// StoreContext bounds a store call by the request's store deadline.

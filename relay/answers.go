@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/store"
 )
 
@@ -70,6 +71,22 @@ func (s *Server) answerDeadlines(next http.Handler) http.Handler {
 		setAnswerDeadline(w, r, 0)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// writeBody encodes v as the client asked and answers with it under the
+// answer's deadline.
+func writeBody(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, ct, err := wire.Marshal(r, v)
+	if err != nil {
+		status, ct = http.StatusInternalServerError, wire.ContentJSON
+		b = []byte(`{"error":"internal","message":"Internal error."}` + "\n")
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("Cache-Control", "no-store")
+	setAnswerDeadline(w, r, int64(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
 }
 
 // writeNoContent answers 204 under the answer's deadline.

@@ -15,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/token"
 )
 
@@ -88,15 +89,15 @@ func TestMessagePack(t *testing.T) {
 	phone := h.register("home", "phone")
 	payload := []byte{0, 1, 2, 0xff}
 	body := msgpackBody(t, map[string]any{"id": "mp", "to": []string{"phone"}, "payload": payload})
-	r := h.must("POST", "/v1/send", phone, body, http.StatusAccepted, "Content-Type", contentMsgpack, "Accept", contentMsgpack)
-	if ct := r.header.Get("Content-Type"); ct != contentMsgpack {
+	r := h.must("POST", "/v1/send", phone, body, http.StatusAccepted, "Content-Type", wire.ContentMsgpack, "Accept", wire.ContentMsgpack)
+	if ct := r.header.Get("Content-Type"); ct != wire.ContentMsgpack {
 		t.Fatalf("content type %q", ct)
 	}
 	var sr sendResponse
 	if err := msgpack.Unmarshal(r.body, &sr); err != nil || sr.ID != "mp" || len(sr.Deliveries) != 1 {
 		t.Fatalf("send reply %+v, %v", sr, err)
 	}
-	r = h.must("GET", "/v1/poll", phone, nil, http.StatusOK, "Accept", contentMsgpack)
+	r = h.must("GET", "/v1/poll", phone, nil, http.StatusOK, "Accept", wire.ContentMsgpack)
 	// Decode generically to check payload travels as bin, not as a string.
 	var raw map[string]any
 	if err := msgpack.Unmarshal(r.body, &raw); err != nil {
@@ -108,7 +109,7 @@ func TestMessagePack(t *testing.T) {
 		t.Fatalf("payload = %#v", envs[0].(map[string]any)["payload"])
 	}
 	// Errors are MessagePack too when asked for.
-	r = h.must("POST", "/v1/send", phone, []byte{0xc1}, http.StatusBadRequest, "Content-Type", contentMsgpack, "Accept", contentMsgpack)
+	r = h.must("POST", "/v1/send", phone, []byte{0xc1}, http.StatusBadRequest, "Content-Type", wire.ContentMsgpack, "Accept", wire.ContentMsgpack)
 	var eb errorBody
 	if err := msgpack.Unmarshal(r.body, &eb); err != nil || eb.Error != codeBadRequest {
 		t.Fatalf("error body %+v, %v", eb, err)

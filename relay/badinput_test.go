@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/token"
 )
 
@@ -50,8 +51,8 @@ func TestBadInput(t *testing.T) {
 		{name: "send empty payload", method: "POST", path: "/v1/send", body: `{"id":"a","to":["phone"],"payload":""}`, status: 400, code: codeBadRequest},
 		{name: "send payload over limit", method: "POST", path: "/v1/send", body: `{"id":"a","to":["phone"],"payload":"` + base64.StdEncoding.EncodeToString(make([]byte, 1025)) + `"}`, status: 413, code: codePayloadTooLarge},
 		{name: "send body over limit", method: "POST", path: "/v1/send", body: `{"id":"a","to":["phone"],"pad":"` + strings.Repeat("x", 64<<10) + `"}`, status: 413, code: codePayloadTooLarge},
-		{name: "send bad msgpack", method: "POST", path: "/v1/send", body: "\x81\xa2id", header: []string{"Content-Type", contentMsgpack}, status: 400, code: codeBadRequest},
-		{name: "send msgpack wrong type", method: "POST", path: "/v1/send", body: string(msgpackBody(t, map[string]any{"id": 1, "to": []string{"phone"}, "payload": []byte("x")})), header: []string{"Content-Type", contentMsgpack}, status: 400, code: codeBadRequest},
+		{name: "send bad msgpack", method: "POST", path: "/v1/send", body: "\x81\xa2id", header: []string{"Content-Type", wire.ContentMsgpack}, status: 400, code: codeBadRequest},
+		{name: "send msgpack wrong type", method: "POST", path: "/v1/send", body: string(msgpackBody(t, map[string]any{"id": 1, "to": []string{"phone"}, "payload": []byte("x")})), header: []string{"Content-Type", wire.ContentMsgpack}, status: 400, code: codeBadRequest},
 		{name: "register bad identity key", method: "POST", path: "/v1/register", body: `{"identity_key":"AAAA"}`, status: 400, code: codeBadRequest},
 		{name: "register small-order identity key", method: "POST", path: "/v1/register", body: `{"identity_key":"` + smallOrder + `"}`, status: 400, code: codeBadRequest},
 		{name: "register unknown push kind", method: "POST", path: "/v1/register", body: `{"push":{"kind":"pigeon"}}`, status: 400, code: codeBadRequest},
@@ -87,7 +88,7 @@ func TestBadInput(t *testing.T) {
 			if got := r.errCode(t); got != tt.code {
 				t.Fatalf("code = %q, want %q", got, tt.code)
 			}
-			if ct := r.header.Get("Content-Type"); ct != contentJSON {
+			if ct := r.header.Get("Content-Type"); ct != wire.ContentJSON {
 				t.Fatalf("content type %q", ct)
 			}
 		})

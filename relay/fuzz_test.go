@@ -2,14 +2,12 @@ package relay
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/flamenet/relay/internal/wire"
 )
 
 // decodeBound is the most one decode may allocate: a small multiple of the
@@ -22,7 +20,7 @@ func decodeBound(body []byte) uint64 { return 64*uint64(len(body)) + 64<<10 }
 func decodeWithin(t *testing.T, r *http.Request, body []byte, v any) error {
 	t.Helper()
 	var err error
-	if got := allocated(func() { err = decodeRequest(r, body, v) }); got > decodeBound(body) {
+	if got := allocated(func() { err = wire.DecodeRequest(r, body, v) }); got > decodeBound(body) {
 		t.Fatalf("decoding %d bytes allocated %d, bound %d", len(body), got, decodeBound(body))
 	}
 	return err
@@ -71,7 +69,7 @@ func FuzzDecodeSend(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, mp bool) {
 		r := httptest.NewRequest("POST", "/v1/send", nil)
 		if mp {
-			r.Header.Set("Content-Type", contentMsgpack)
+			r.Header.Set("Content-Type", wire.ContentMsgpack)
 		}
 		var req sendRequest
 		if err := decodeWithin(t, r, body, &req); err != nil {
@@ -103,7 +101,7 @@ func FuzzDecodeRegister(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, mp bool) {
 		r := httptest.NewRequest("POST", "/v1/register", nil)
 		if mp {
-			r.Header.Set("Content-Type", contentMsgpack)
+			r.Header.Set("Content-Type", wire.ContentMsgpack)
 		}
 		var req registerRequest
 		if err := decodeWithin(t, r, body, &req); err != nil {
@@ -114,29 +112,6 @@ func FuzzDecodeRegister(f *testing.F) {
 			if _, err := s.pushTarget(r.Context(), *req.Push); err != nil {
 				requireClientError(t, err)
 			}
-		}
-	})
-}
-
-// FuzzCheckMsgpack: checkMsgpack accepts exactly what the decoder reads as
-// one whole value, less what nests too deep. The decoder's Skip is safe to
-// run on any input: it reads declared lengths in bounded chunks.
-func FuzzCheckMsgpack(f *testing.F) {
-	f.Add(msgpackBody(f, map[string]any{"id": "a", "to": []string{"phone"}, "payload": []byte("x"), "n": 1.5, "t": time.Unix(1, 2), "m": map[string]any{"k": []any{int64(-1), uint64(1 << 40), nil, true}}}))
-	f.Add([]byte{0xc7, 0x01, 0x05, 0x00, 0xd8, 0x01})
-	f.Add(nested(32))
-	f.Add(nested(33))
-	f.Add([]byte{0xdf, 0, 0, 0, 1, 0xc0})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		err := checkMsgpack(b)
-		r := bytes.NewReader(b)
-		skipErr := msgpack.NewDecoder(r).Skip()
-		whole := skipErr == nil && r.Len() == 0
-		if err == nil && !whole {
-			t.Fatalf("accepted % x; the decoder says %v with %d bytes left", b, skipErr, r.Len())
-		}
-		if err != nil && whole && !errors.Is(err, errMsgpackTooDeep) {
-			t.Fatalf("refused % x (%v); the decoder reads it whole", b, err)
 		}
 	})
 }

@@ -213,12 +213,12 @@ type registerResponse struct {
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
-	body, err := readBody(w, r, 16<<10)
+	body, err := wire.ReadBody(w, r, 16<<10)
 	if err != nil {
 		return err
 	}
 	var req registerRequest
-	if err := decodeRequest(r, body, &req); err != nil {
+	if err := wire.DecodeRequest(r, body, &req); err != nil {
 		return err
 	}
 	p := store.RegisterParams{Household: c.Household, Device: c.Device, Now: s.now(), IssuedAt: issuedAt(c)}
@@ -305,12 +305,12 @@ func (s *Server) sendBodyLimit() int64 {
 }
 
 func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
-	body, err := readBody(w, r, s.sendBodyLimit())
+	body, err := wire.ReadBody(w, r, s.sendBodyLimit())
 	if err != nil {
 		return err
 	}
 	var req sendRequest
-	if err := decodeRequest(r, body, &req); err != nil {
+	if err := wire.DecodeRequest(r, body, &req); err != nil {
 		return err
 	}
 	to, err := s.validateSend(&req)
@@ -457,12 +457,12 @@ type ackRequest struct {
 }
 
 func (s *Server) ack(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
-	body, err := readBody(w, r, 4<<10)
+	body, err := wire.ReadBody(w, r, 4<<10)
 	if err != nil {
 		return err
 	}
 	var req ackRequest
-	if err := decodeRequest(r, body, &req); err != nil {
+	if err := wire.DecodeRequest(r, body, &req); err != nil {
 		return err
 	}
 	if req.Cursor == nil || *req.Cursor < 0 {

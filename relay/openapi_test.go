@@ -19,6 +19,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/token"
 )
@@ -432,7 +433,7 @@ func decodeAs(mediaType string, body []byte) (any, error) {
 	switch mediaType {
 	case "text/plain":
 		return string(body), nil
-	case contentMsgpack:
+	case wire.ContentMsgpack:
 		var v any
 		if err := msgpack.Unmarshal(body, &v); err != nil {
 			return nil, err

@@ -10,8 +10,8 @@ import (
 )
 
 // Pairing's endpoints are package pairing's; here they are tied to the
-// server: routed, given its codec and deadlines, and their errors written
-// as every other.
+// server: routed, given its deadlines, and their errors written as every
+// other.
 
 var errPairingOff = errorf(http.StatusNotFound, codeNotFound, "No such endpoint.")
 
@@ -48,14 +48,6 @@ func (s *Server) unauthed(h func(w http.ResponseWriter, r *http.Request) error) 
 
 // pairingAPI is what pairing takes of the server.
 type pairingAPI struct{ s *Server }
-
-func (a pairingAPI) Read(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body, err := readBody(w, r, limit)
-	if err != nil {
-		return err
-	}
-	return decodeRequest(r, body, v)
-}
 
 func (a pairingAPI) Write(w http.ResponseWriter, r *http.Request, status int, v any) {
 	writeBody(w, r, status, v)

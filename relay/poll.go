@@ -498,12 +498,12 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 	if n := len(b.Envelopes); n > 0 {
 		cursor = b.Envelopes[n-1].Seq
 	}
-	mp := wantsMsgpack(r)
+	mp := wire.WantsMsgpack(r)
 	h := w.Header()
 	if mp {
-		h.Set("Content-Type", contentMsgpack)
+		h.Set("Content-Type", wire.ContentMsgpack)
 	} else {
-		h.Set("Content-Type", contentJSON)
+		h.Set("Content-Type", wire.ContentJSON)
 	}
 	h.Set("Cache-Control", "no-store")
 	setAnswerDeadline(w, r, batchAnswerSize(b))

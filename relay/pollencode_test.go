@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/flamenet/relay/internal/wire"
 )
 
 // TestWritePollEncoding: a poll's answer, written as it is encoded, has
@@ -29,7 +31,7 @@ func TestWritePollEncoding(t *testing.T) {
 		if string(r.body) != string(want)+"\n" {
 			t.Fatalf("%s, JSON:\n got %s\nwant %s", what, r.body, want)
 		}
-		r = h.must("GET", fmt.Sprintf("/v1/poll?cursor=%d&wait=0", cursor), tok, nil, http.StatusOK, "Accept", contentMsgpack)
+		r = h.must("GET", fmt.Sprintf("/v1/poll?cursor=%d&wait=0", cursor), tok, nil, http.StatusOK, "Accept", wire.ContentMsgpack)
 		var q pollResponse
 		if err := msgpack.Unmarshal(r.body, &q); err != nil {
 			t.Fatal(err)

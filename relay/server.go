@@ -1,7 +1,8 @@
-// Package relay is the relay's HTTP API: routes, handlers, token checks, the
-// JSON and MessagePack codec, admission, the poll loop and the server's
-// lifecycle. It is the only package that knows the store, the wake hub and
-// the push queue; they know nothing of each other.
+// Package relay is the relay's HTTP API: routes, handlers, token checks,
+// admission, the poll loop and the server's lifecycle (the codec is
+// internal/wire's, pairing is package pairing's). It is the only package
+// that knows the store, the wake hub and the push queue; they know nothing
+// of each other.
 package relay
 
 import (
@@ -276,12 +277,12 @@ func (s *Server) routes(p *pairing.Pairing) http.Handler {
 	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, s.corsRefused, r))))
 }
 
-// router is the API's routes: what routes serves, and what the test that
-// holds docs/openapi.yaml to the server walks.
 // routePoll is the poll's route, under which a parked poll's hang-up is
 // logged too.
 const routePoll = "/v1/poll"
 
+// router is the API's routes: what routes serves, and what the test that
+// holds docs/openapi.yaml to the server walks. p nil: pairing is off.
 func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r := chi.NewRouter()
 	// First, so that every answer, the router's own 404 and 405 included,

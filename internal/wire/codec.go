@@ -1,4 +1,4 @@
-package relay
+package wire
 
 import (
 	"bytes"
@@ -14,18 +14,20 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+// The API's media types.
 const (
-	contentJSON    = "application/json"
-	contentMsgpack = "application/msgpack"
+	ContentJSON    = "application/json"
+	ContentMsgpack = "application/msgpack"
 )
 
 func isMsgpack(mediaType string) bool {
 	mt, _, err := mime.ParseMediaType(mediaType)
-	return err == nil && (mt == contentMsgpack || mt == "application/x-msgpack")
+	return err == nil && (mt == ContentMsgpack || mt == "application/x-msgpack")
 }
 
-// wantsMsgpack: a response is MessagePack only when the client asks for it.
-func wantsMsgpack(r *http.Request) bool {
+// WantsMsgpack says whether the client asks for MessagePack: a response is
+// MessagePack only then.
+func WantsMsgpack(r *http.Request) bool {
 	for _, a := range r.Header.Values("Accept") {
 		for _, part := range bytes.Split([]byte(a), []byte(",")) {
 			if isMsgpack(string(bytes.TrimSpace(part))) {
@@ -36,22 +38,22 @@ func wantsMsgpack(r *http.Request) bool {
 	return false
 }
 
-// readBody reads at most limit bytes of the body; more is a 413.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// ReadBody reads at most limit bytes of the body; more is a 413.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, errorf(http.StatusRequestEntityTooLarge, codePayloadTooLarge, "The request body is larger than %d bytes.", limit)
+		return nil, Errorf(http.StatusRequestEntityTooLarge, "The request body is larger than %d bytes.", limit)
 	case err != nil:
 		return nil, badRequest("The request body could not be read.")
 	}
 	return b, nil
 }
 
-// decodeRequest decodes a JSON or MessagePack body into v. An empty body
+// DecodeRequest decodes a JSON or MessagePack body into v. An empty body
 // leaves v as it is. Unknown fields are ignored.
-func decodeRequest(r *http.Request, body []byte, v any) error {
+func DecodeRequest(r *http.Request, body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
@@ -238,28 +240,17 @@ func bytesField(v any) string {
 	return "?"
 }
 
-// writeBody encodes v as the client asked (JSON unless it accepts MessagePack).
-func writeBody(w http.ResponseWriter, r *http.Request, status int, v any) {
-	var (
-		b   []byte
-		err error
-		ct  = contentJSON
-	)
-	if wantsMsgpack(r) {
-		ct = contentMsgpack
+// Marshal encodes v as the client asked (JSON unless it accepts
+// MessagePack), and says as which.
+func Marshal(r *http.Request, v any) (b []byte, contentType string, err error) {
+	if WantsMsgpack(r) {
 		b, err = msgpack.Marshal(v)
-	} else {
-		b, err = json.Marshal(v)
-		b = append(b, '\n')
+		return b, ContentMsgpack, err
 	}
-	if err != nil {
-		status, ct = http.StatusInternalServerError, contentJSON
-		b = []byte(`{"error":"internal","message":"Internal error."}` + "\n")
-	}
-	h := w.Header()
-	h.Set("Content-Type", ct)
-	h.Set("Cache-Control", "no-store")
-	setAnswerDeadline(w, r, int64(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	b, err = json.Marshal(v)
+	return append(b, '\n'), ContentJSON, err
+}
+
+func badRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, format, args...)
 }
