@@ -104,7 +104,7 @@ func (p *Pairing) QRLink(w http.ResponseWriter, r *http.Request, c *token.Claims
 	var req struct {
 		Code string `json:"code" msgpack:"code"`
 	}
-	if err := p.api.Read(w, r, bodyLimit, &req); err != nil {
+	if err := read(w, r, &req); err != nil {
 		return "", err
 	}
 	code, ok := normalizeCode(req.Code)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/wake/local"
@@ -269,7 +270,7 @@ func TestEpochChangeWakesHeldPolls(t *testing.T) {
 func TestEpochOnTheWire(t *testing.T) {
 	h := newHarness(t, nil)
 	phone := h.token("home", "phone")
-	mp := []string{"Accept", contentMsgpack, "Content-Type", contentMsgpack}
+	mp := []string{"Accept", wire.ContentMsgpack, "Content-Type", wire.ContentMsgpack}
 
 	var reg registerResponse
 	r := h.must("POST", "/v1/register", phone, msgpackBody(t, map[string]any{}), http.StatusOK, mp...)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flamenet/relay/internal/ready"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/token"
@@ -128,7 +129,7 @@ func (c *countingStore) Ping(ctx context.Context) error {
 }
 
 // TestReadyIsCheap: however many probes arrive, the store is asked at most
-// once at a time and at most about once per readyTTL. Without the cache
+// once at a time and at most about once per ready.TTL. Without the cache
 // and the single flight, every probe pinged the store (on Postgres, one
 // new connection each).
 func TestReadyIsCheap(t *testing.T) {
@@ -151,7 +152,7 @@ func TestReadyIsCheap(t *testing.T) {
 	wg.Wait()
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if limit := int(time.Since(start)/readyTTL) + 2; cs.pings > limit {
+	if limit := int(time.Since(start)/ready.TTL) + 2; cs.pings > limit {
 		t.Fatalf("the store was pinged %d times in %v; want at most %d", cs.pings, time.Since(start).Round(time.Millisecond), limit)
 	}
 }

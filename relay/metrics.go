@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flamenet/relay/internal/poolmetrics"
 	"github.com/flamenet/relay/store"
 )
 
@@ -116,7 +117,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_store_ready", Help: "1 when the store answers and can be written (the check behind /ready), else 0; the log says why.",
 		}, func() float64 {
-			if s.readiness.check(context.Background(), s.store.Ping) != nil {
+			if s.readiness.Store(context.Background()) != nil {
 				return 0
 			}
 			return 1
@@ -143,7 +144,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		}, func() float64 { return float64(s.cfg.AnswerBytesInFlight) }),
 	}
 	if ps, ok := st.(store.PoolStatser); ok {
-		cs = append(cs, poolCollector{ps})
+		cs = append(cs, poolmetrics.New(ps))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -171,34 +172,6 @@ const (
 	// refusedDevicePollRate: a device's polls came faster than its bucket.
 	refusedDevicePollRate = "device_poll_rate"
 )
-
-// poolCollector exports the store's connection pool.
-type poolCollector struct{ ps store.PoolStatser }
-
-var (
-	poolMaxDesc      = prometheus.NewDesc("fn_store_pool_max_connections", "Connections the store pool may open.", nil, nil)
-	poolOpenDesc     = prometheus.NewDesc("fn_store_pool_open_connections", "Store connections open now.", nil, nil)
-	poolInUseDesc    = prometheus.NewDesc("fn_store_pool_in_use_connections", "Store connections busy now.", nil, nil)
-	poolWaitsDesc    = prometheus.NewDesc("fn_store_pool_waits_total", "Store connection acquisitions that had to wait.", nil, nil)
-	poolWaitSecsDesc = prometheus.NewDesc("fn_store_pool_wait_seconds_total", "Time spent waiting for a store connection.", nil, nil)
-)
-
-func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- poolMaxDesc
-	ch <- poolOpenDesc
-	ch <- poolInUseDesc
-	ch <- poolWaitsDesc
-	ch <- poolWaitSecsDesc
-}
-
-func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.ps.PoolStats()
-	ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(st.Max))
-	ch <- prometheus.MustNewConstMetric(poolOpenDesc, prometheus.GaugeValue, float64(st.Open))
-	ch <- prometheus.MustNewConstMetric(poolInUseDesc, prometheus.GaugeValue, float64(st.InUse))
-	ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(st.WaitCount))
-	ch <- prometheus.MustNewConstMetric(poolWaitSecsDesc, prometheus.CounterValue, st.WaitDuration.Seconds())
-}
 
 // sendClientGone is the code counted for a send whose client went away
 // before its answer (nginx's convention): the store call it cut short

@@ -63,7 +63,7 @@ type parked struct {
 func (s *Server) park(w http.ResponseWriter, r *http.Request, p *pollState, deadline time.Time) bool {
 	pk := s.parking
 	if pk == nil || !s.cfg.ParkPolls || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close ||
-		r.ContentLength != 0 || len(r.TransferEncoding) != 0 || s.draining.Load() {
+		r.ContentLength != 0 || len(r.TransferEncoding) != 0 || s.readiness.Draining() {
 		return false
 	}
 	watcher, ok := p.waiter.(wake.Watcher)

@@ -95,7 +95,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		return nil, err
 	}
 	rs := resumeOf(r.Context())
-	if s.draining.Load() && rs == nil { // a parked poll was held before the drain
+	if s.readiness.Draining() && rs == nil { // a parked poll was held before the drain
 		return nil, errDraining
 	}
 	ctx := r.Context()

@@ -143,7 +143,7 @@ func TestDrainAnswersHeldPolls(t *testing.T) {
 		}()
 	}
 	eventually(t, "held polls", func() bool { return h.srv.HeldPolls() == n })
-	h.srv.draining.Store(true)
+	h.srv.readiness.Drain()
 	tok := h.token("home", "late")
 	r := h.must("GET", "/v1/poll?wait=5", tok, nil, http.StatusServiceUnavailable)
 	if r.errCode(t) != codeUnavailable || r.header.Get("Retry-After") == "" {

@@ -31,6 +31,7 @@ import (
 	"github.com/flamenet/relay/internal/buckets"
 	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/parking"
+	"github.com/flamenet/relay/internal/ready"
 	"github.com/flamenet/relay/internal/service"
 	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
@@ -85,8 +86,7 @@ type Server struct {
 	handler   http.Handler
 	metrics   *metrics
 	verified  verified
-	draining  atomic.Bool
-	readiness readiness
+	readiness *ready.State // draining, and the store's probe
 	limits    limits
 	logs      logs
 	hooks     hooks
@@ -181,7 +181,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.readiness.log = s.log
+	s.readiness = ready.New(s.store.Ping, s.log)
 	access := deps.AccessLogger
 	if access == nil {
 		access = s.log
@@ -320,7 +320,7 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 }
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
+	if s.readiness.Draining() {
 		s.writeError(w, r, errDraining)
 		return
 	}
@@ -330,7 +330,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := s.readiness.check(r.Context(), s.store.Ping); err != nil {
+	if err := s.readiness.Store(r.Context()); err != nil {
 		msg := "Not ready: the store does not answer."
 		if errors.Is(err, store.ErrNotWritable) {
 			msg = "Not ready: the store cannot be written; the relay's log says why."
@@ -340,63 +340,6 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("ready\n"))
-}
-
-// readyTTL is how long an answer of the store's probe is reused. Probes
-// come unauthenticated and from anywhere: however many arrive, the store
-// is asked at most once at a time and about once per readyTTL.
-const readyTTL = time.Second
-
-// readiness runs the store's probe for /ready, one at a time, and keeps its
-// answer for readyTTL.
-type readiness struct {
-	log     *slog.Logger // a change of the answer is logged
-	mu      sync.Mutex
-	checked time.Time
-	err     error
-	running chan struct{} // closed when the probe in flight answers
-}
-
-func (rd *readiness) check(ctx context.Context, ping func(context.Context) error) error {
-	rd.mu.Lock()
-	if !rd.checked.IsZero() && time.Since(rd.checked) < readyTTL {
-		err := rd.err
-		rd.mu.Unlock()
-		return err
-	}
-	if ch := rd.running; ch != nil {
-		rd.mu.Unlock()
-		select {
-		case <-ch:
-			rd.mu.Lock()
-			defer rd.mu.Unlock()
-			return rd.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	ch := make(chan struct{})
-	rd.running = ch
-	rd.mu.Unlock()
-
-	// Not the prober's own context: its hanging up must not fail the
-	// probe that others are waiting for.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	err := ping(pctx)
-	cancel()
-
-	rd.mu.Lock()
-	was := rd.err
-	rd.err, rd.checked, rd.running = err, time.Now(), nil
-	rd.mu.Unlock()
-	close(ch)
-	switch {
-	case err != nil && (was == nil || was.Error() != err.Error()):
-		rd.log.Error("not ready: the store's probe fails", "err", err)
-	case err == nil && was != nil:
-		rd.log.Info("ready again: the store's probe passes")
-	}
-	return err
 }
 
 // maxHeaderBytes bounds a request's head (net/http adds 4 KiB of slack).
@@ -453,7 +396,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // not close the store, hub or push queue, which the caller owns.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer close(s.run.done)
-	s.draining.Store(true)
+	s.readiness.Drain()
 	// Held polls never end on their own within the grace period, so the
 	// hub is drained first and every waiter answers "come back". Closing
 	// may then wait for the hub's own goroutines (Redis's subscriber and
