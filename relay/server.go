@@ -181,7 +181,6 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.readiness = ready.New(s.store.Ping, s.log)
 	access := deps.AccessLogger
 	if access == nil {
 		access = s.log
@@ -213,6 +212,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.metrics = m
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
+	s.readiness = ready.New(s.store.Ping, s.log)
 	s.memory = devices.New(devices.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,
 		OnAcks: func(res store.AckManyResult, err error) {
