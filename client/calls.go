@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 )
@@ -77,8 +78,13 @@ type PollQuery struct {
 	Cursor int64
 	// OmitCursor leaves the cursor out: nothing is acknowledged, and the
 	// answer starts above the cursor the relay knows for the device. Only
-	// for recovery (see Listen).
+	// for recovery (see Listen), where Epoch is left out too.
 	OmitCursor bool
+	// Epoch is the store epoch Cursor was taken in ("": not checked).
+	// Always send the persisted one with the cursor: a relay whose store's
+	// history went back since then answers 409 cursor_ahead instead of
+	// acknowledging seqs that now name other envelopes.
+	Epoch string
 	// Wait is how long the relay may hold the poll, in seconds (0: answer
 	// at once).
 	Wait int
@@ -94,6 +100,9 @@ func (c *Client) Poll(ctx context.Context, q PollQuery) (PollResult, error) {
 	if !q.OmitCursor {
 		path += "&cursor=" + strconv.FormatInt(q.Cursor, 10)
 	}
+	if q.Epoch != "" {
+		path += "&epoch=" + url.QueryEscape(q.Epoch)
+	}
 	if q.Limit > 0 {
 		path += "&limit=" + strconv.Itoa(q.Limit)
 	}
@@ -104,13 +113,16 @@ func (c *Client) Poll(ctx context.Context, q PollQuery) (PollResult, error) {
 }
 
 type ackRequest struct {
-	Cursor int64 `json:"cursor" msgpack:"cursor"`
+	Cursor int64  `json:"cursor" msgpack:"cursor"`
+	Epoch  string `json:"epoch,omitempty" msgpack:"epoch,omitempty"`
 }
 
-// Ack acknowledges everything at or below cursor without polling, in one
-// request. A cursor above the device's head is a *Error with CursorAhead.
-func (c *Client) Ack(ctx context.Context, cursor int64) error {
-	return c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/ack", ackRequest{Cursor: cursor}, http.StatusNoContent, nil)
+// Ack acknowledges everything at or below p's cursor without polling, in
+// one request; p's epoch, when not "", is checked. A cursor above the
+// device's head, or an epoch that is not the store's current one, is a
+// *Error with CursorAhead, and nothing is acknowledged.
+func (c *Client) Ack(ctx context.Context, p Position) error {
+	return c.do(ctx, c.requestTimeout, http.MethodPost, "/v1/ack", ackRequest(p), http.StatusNoContent, nil)
 }
 
 // retryable: no answer at all, or an answer that says "later".

@@ -215,6 +215,9 @@ type PollResult struct {
 	Cursor    int64      `json:"cursor" msgpack:"cursor"`
 	More      bool       `json:"more" msgpack:"more"`
 	Envelopes []Envelope `json:"envelopes" msgpack:"envelopes"`
+	// Epoch is the store epoch the seqs belong to ("" from a relay
+	// without epochs): keep it with the cursor and send both.
+	Epoch string `json:"epoch" msgpack:"epoch"`
 }
 
 // Registration is register's 200.
@@ -222,6 +225,8 @@ type Registration struct {
 	Household string `json:"household" msgpack:"household"`
 	Device    string `json:"device" msgpack:"device"`
 	Cursor    int64  `json:"cursor" msgpack:"cursor"`
+	// Epoch is the store epoch Cursor belongs to.
+	Epoch string `json:"epoch" msgpack:"epoch"`
 }
 
 // Error is an answer other than the one a call expects.
@@ -230,6 +235,7 @@ type Error struct {
 	Code    string // the protocol's error code ("" when the body was not the relay's)
 	Message string
 	Head    int64  // with cursor_ahead: the device's head
+	Epoch   string // with cursor_ahead: the store's current epoch
 	Limit   string // with a 429: which limit refused
 	// RetryAfter is the answer's Retry-After, at most MaxRetryAfter (0
 	// when absent or not in seconds).
@@ -257,7 +263,8 @@ func (e *Error) Temporary() bool {
 }
 
 // CursorAhead reports whether the relay said the cursor is above the
-// device's head (409 cursor_ahead).
+// device's head, or was taken in another store epoch than the current one
+// (409 cursor_ahead).
 func (e *Error) CursorAhead() bool {
 	return e.Status == http.StatusConflict && e.Code == "cursor_ahead"
 }
@@ -266,6 +273,7 @@ type errorBody struct {
 	Error   string `json:"error" msgpack:"error"`
 	Message string `json:"message" msgpack:"message"`
 	Head    int64  `json:"head" msgpack:"head"`
+	Epoch   string `json:"epoch" msgpack:"epoch"`
 	Limit   string `json:"limit" msgpack:"limit"`
 }
 
@@ -322,7 +330,7 @@ func answerError(resp *http.Response, codec Codec, b []byte) *Error {
 	e := &Error{Status: resp.StatusCode}
 	var eb errorBody
 	if codec.Unmarshal(b, &eb) == nil && eb.Error != "" {
-		e.Code, e.Message, e.Head, e.Limit = eb.Error, eb.Message, eb.Head, eb.Limit
+		e.Code, e.Message, e.Head, e.Epoch, e.Limit = eb.Error, eb.Message, eb.Head, eb.Epoch, eb.Limit
 	} else {
 		// Not the relay's body: a proxy's page or the HTTP server's own
 		// plain text. Keep a short, printable piece of it.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -227,8 +228,8 @@ func TestListenMore(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if c, _ := cursors.Load(context.Background()); c != 20 {
-				t.Fatalf("saved cursor %d, want 20", c)
+			if c, _ := cursors.Load(context.Background()); c.Cursor != 20 {
+				t.Fatalf("saved cursor %+v, want 20", c)
 			}
 		})
 	}
@@ -261,8 +262,8 @@ func TestListenHandlerError(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("Listen returned %v, want the handler's error", err)
 	}
-	if c, _ := cursors.Load(context.Background()); c != 2 || !slices.Equal(handled, []int64{1, 2}) {
-		t.Fatalf("cursor %d after handling %v, want 2", c, handled)
+	if c, _ := cursors.Load(context.Background()); c.Cursor != 2 || !slices.Equal(handled, []int64{1, 2}) {
+		t.Fatalf("cursor %+v after handling %v, want 2", c, handled)
 	}
 	got, err := listenUntil(t, phone, cursors, 3, 10*time.Second)
 	if err != nil || !slices.Equal(seqs(got), []int64{3, 4, 5}) {
@@ -286,38 +287,38 @@ func TestListenCursorAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := phone.Ack(context.Background(), 2); err != nil {
+	if err := phone.Ack(context.Background(), client.Position{Cursor: 2}); err != nil {
 		t.Fatal(err)
 	}
 	cursors := &client.MemoryCursor{}
-	cursors.Save(context.Background(), 1000)
+	cursors.Save(context.Background(), client.Position{Cursor: 1000})
 	got, err := listenUntil(t, phone, cursors, 3, 10*time.Second)
 	if err != nil || !slices.Equal(seqs(got), []int64{3, 4, 5}) {
 		t.Fatalf("handled %v (%v), want 3 4 5", seqs(got), err)
 	}
-	if c, _ := cursors.Load(context.Background()); c != 5 {
-		t.Fatalf("cursor %d, want 5", c)
+	if c, _ := cursors.Load(context.Background()); c.Cursor != 5 {
+		t.Fatalf("cursor %+v, want 5", c)
 	}
 
 	// Nothing waiting: the recovery takes the relay's cursor and holds on.
-	if err := phone.Ack(context.Background(), 5); err != nil {
+	if err := phone.Ack(context.Background(), client.Position{Cursor: 5}); err != nil {
 		t.Fatal(err)
 	}
-	cursors.Save(context.Background(), 1000)
+	cursors.Save(context.Background(), client.Position{Cursor: 1000})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- phone.Listen(ctx, cursors, func(context.Context, client.Envelope) error { return errors.New("nothing was sent") })
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for c, _ := cursors.Load(ctx); c != 5; c, _ = cursors.Load(ctx) {
+	for c, _ := cursors.Load(ctx); c.Cursor != 5; c, _ = cursors.Load(ctx) {
 		select {
 		case err := <-done:
-			t.Fatalf("Listen returned %v with the cursor at %d", err, c)
+			t.Fatalf("Listen returned %v with the cursor at %+v", err, c)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cursor still %d", c)
+			t.Fatalf("cursor still %+v", c)
 		}
 		time.Sleep(5 * time.Millisecond) // bounded poll of the cursor
 	}
@@ -409,31 +410,37 @@ func TestFileCursor(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	f := client.FileCursor(filepath.Join(dir, "c"))
-	if c, err := f.Load(ctx); c != 0 || err != nil {
-		t.Fatalf("missing file: %d, %v", c, err)
+	if p, err := f.Load(ctx); p != (client.Position{}) || err != nil {
+		t.Fatalf("missing file: %+v, %v", p, err)
 	}
-	for _, c := range []int64{7, 1 << 62, 3} {
-		if err := f.Save(ctx, c); err != nil {
+	for _, p := range []client.Position{{Cursor: 7}, {Cursor: 1 << 62, Epoch: "AAAAAAAAAAAAAAAA"}, {Cursor: 3, Epoch: "x_-9"}} {
+		if err := f.Save(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := f.Load(ctx); got != c || err != nil {
-			t.Fatalf("saved %d, loaded %d, %v", c, got, err)
+		if got, err := f.Load(ctx); got != p || err != nil {
+			t.Fatalf("saved %+v, loaded %+v, %v", p, got, err)
 		}
 	}
 	b, _ := os.ReadFile(string(f))
-	if string(b) != "3\n" {
+	if string(b) != "3 x_-9\n" {
 		t.Fatalf("file holds %q", b)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Fatalf("%d files left in the directory, want only the cursor", len(entries))
 	}
-	os.WriteFile(string(f), []byte("-1\n"), 0o600)
-	if _, err := f.Load(ctx); err == nil {
-		t.Fatal("a negative cursor loaded")
+	if err := f.Save(ctx, client.Position{Cursor: 4, Epoch: "a b"}); err == nil {
+		t.Fatal("an epoch with a space saved")
 	}
-	os.WriteFile(string(f), []byte("twelve"), 0o600)
-	if _, err := f.Load(ctx); err == nil {
-		t.Fatal("a word loaded as a cursor")
+	// A file written before epochs: the cursor, no epoch.
+	os.WriteFile(string(f), []byte("12\n"), 0o600)
+	if p, err := f.Load(ctx); p != (client.Position{Cursor: 12}) || err != nil {
+		t.Fatalf("a cursor alone loaded as %+v, %v", p, err)
+	}
+	for _, bad := range []string{"-1\n", "twelve", "12 a/b\n", "12 " + strings.Repeat("a", 33), " AAAA"} {
+		os.WriteFile(string(f), []byte(bad), 0o600)
+		if p, err := f.Load(ctx); err == nil {
+			t.Errorf("%q loaded as %+v", bad, p)
+		}
 	}
 }
 

@@ -61,7 +61,7 @@ func ExampleClient_Listen() {
 		return nil
 	})
 	saved, _ := cursor.Load(context.Background())
-	fmt.Println("stopped:", err, "cursor:", saved)
+	fmt.Println("stopped:", err, "cursor:", saved.Cursor)
 	// Output:
 	// 1 first from laptop
 	// 2 second from laptop
@@ -80,7 +80,8 @@ func ExampleClient_Poll() {
 	fmt.Println("envelopes:", len(res.Envelopes), "cursor:", res.Cursor)
 
 	var e *client.Error
-	err = phone.Ack(ctx, 5)
+	// An acknowledgement carries the epoch its cursor was taken in.
+	err = phone.Ack(ctx, client.Position{Cursor: 5, Epoch: res.Epoch})
 	if errors.As(err, &e) {
 		fmt.Println(e.Status, e.Code, "head:", e.Head)
 	}

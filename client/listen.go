@@ -16,18 +16,20 @@ type Handler func(ctx context.Context, e Envelope) error
 
 // Listen runs the device's poll loop until ctx ends or it fails: it holds
 // polls (WithWait, 20 s by default), hands each envelope to h once, in seq
-// order, and saves the cursor in cursors after each h returned nil, before
-// the next envelope. Every poll carries the saved cursor, which
-// acknowledges it. An answer with more waiting is followed at once by the
-// next poll.
+// order, and saves the position (cursor and store epoch) in cursors after
+// each h returned nil, before the next envelope. Every poll carries the
+// saved cursor, which acknowledges it, and its epoch once a relay named
+// one. An answer with more waiting is followed at once by the next poll.
 //
 // What it survives: no answer, 429, 500 and 503 (it polls again with the
 // same cursor after a backoff, honouring Retry-After); 409 cursor_ahead,
-// a saved cursor above the device's head, as after the relay's data was
-// restored from an older backup or the device was removed and registered
-// again: it polls once without a cursor, which acknowledges nothing and
-// starts above the cursor the relay knows, and goes on from the cursor
-// that answer names. Nothing the relay still holds is skipped, though some
+// a saved cursor above the device's head or of another store epoch, as
+// after a failover to a database that lacked the last commits, the
+// relay's data was restored from an older backup, or the device was
+// removed and registered again: it polls once without a cursor or epoch,
+// which acknowledges nothing and starts above the cursor the relay knows,
+// goes on from the cursor and epoch that answer names, and reports
+// StateResynced. Nothing the relay still holds is skipped, though some
 // envelopes may be handed over again: after such a recovery, seqs may name
 // other envelopes than before, so an app that must not process anything
 // twice tells repeats by From and ID.
@@ -43,16 +45,28 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 	if t := c.hc.Timeout; t != 0 && t < time.Duration(c.wait)*time.Second+pollMargin {
 		return fmt.Errorf("client: the HTTP client's timeout %v is not longer than the poll wait %ds plus %v", t, c.wait, pollMargin)
 	}
-	cursor, err := cursors.Load(ctx)
+	pos, err := cursors.Load(ctx)
 	if err != nil {
 		return err
 	}
+	saved := pos
+	save := func() error {
+		if pos == saved {
+			return nil
+		}
+		if err := cursors.Save(ctx, pos); err != nil {
+			return err
+		}
+		saved = pos
+		return nil
+	}
 	bo := c.newBackoff()
-	recovering := false // the next poll leaves the cursor out
+	var ahead *Error // the cursor_ahead being recovered from: the next poll leaves cursor and epoch out
 	for {
-		q := PollQuery{Cursor: cursor, Wait: c.wait}
+		recovering := ahead != nil
+		q := PollQuery{Cursor: pos.Cursor, Epoch: pos.Epoch, Wait: c.wait}
 		if recovering {
-			// Not held, so that the cursor is put right at once.
+			// Not held, so that the position is put right at once.
 			q = PollQuery{OmitCursor: true}
 		}
 		if !recovering {
@@ -67,8 +81,12 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			var e *Error
 			switch {
 			case errors.As(err, &e) && e.CursorAhead() && !recovering:
-				c.logf("listen: cursor %d is above the device's head %d; polling without it", cursor, e.Head)
-				recovering = true
+				if e.Epoch != "" && e.Epoch != pos.Epoch {
+					c.logf("listen: the store's epoch is %s, not %q of cursor %d; polling without them", e.Epoch, pos.Epoch, pos.Cursor)
+				} else {
+					c.logf("listen: cursor %d is above the device's head %d; polling without it", pos.Cursor, e.Head)
+				}
+				ahead = e
 				continue
 			case !retryable(err):
 				return err
@@ -82,6 +100,11 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			continue
 		}
 		bo.reset()
+		if recovering || res.Epoch != "" {
+			// The answer's seqs are of its epoch, so the cursors saved
+			// below are too; a recovering answer names the whole position.
+			pos.Epoch = res.Epoch
+		}
 		if !recovering && len(res.Envelopes) == 0 && !res.More && time.Since(started) < spinFloor(c.wait) {
 			// A held poll that ends empty at once was most likely
 			// superseded by another poller of this device (a second copy
@@ -98,7 +121,7 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			}
 			// With the cursor sent, the relay never answers at or below
 			// it; a recovering answer starts wherever the relay stands.
-			if e.Seq <= cursor && !recovering {
+			if e.Seq <= pos.Cursor && !recovering {
 				continue
 			}
 			if err := h(ctx, e); err != nil {
@@ -107,20 +130,22 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 				}
 				return fmt.Errorf("client: handler at seq %d: %w", e.Seq, err)
 			}
-			cursor = e.Seq
-			if err := cursors.Save(ctx, cursor); err != nil {
+			pos.Cursor = e.Seq
+			if err := save(); err != nil {
 				return err
 			}
 		}
+		if recovering && len(res.Envelopes) == 0 {
+			pos.Cursor = res.Cursor
+		}
+		// A recovery without envelopes, or an epoch learned.
+		if err := save(); err != nil {
+			return err
+		}
 		if recovering {
-			if len(res.Envelopes) == 0 && res.Cursor != cursor {
-				cursor = res.Cursor
-				if err := cursors.Save(ctx, cursor); err != nil {
-					return err
-				}
-			}
-			c.logf("listen: recovered at cursor %d", cursor)
-			recovering = false
+			c.logf("listen: resynchronised at cursor %d, epoch %q", pos.Cursor, pos.Epoch)
+			c.state(State{Kind: StateResynced, Err: ahead, Position: pos})
+			ahead = nil
 		}
 	}
 }

@@ -24,6 +24,13 @@ const (
 	// failed (or cannot be done: a fixed token); the device must be
 	// paired again or given a new token.
 	StateUnauthorized
+	// StateResynced: Listen's position was refused with 409 cursor_ahead
+	// (State.Err) and it went on from the relay's own (State.Position).
+	// The store's history went back (a failover that lost commits, a
+	// restored backup) or the device was registered anew: seqs may now
+	// name other envelopes than before, and envelopes may be handed over
+	// again, so tell repeats by From and ID.
+	StateResynced
 )
 
 func (k StateKind) String() string {
@@ -36,6 +43,8 @@ func (k StateKind) String() string {
 		return "retrying"
 	case StateUnauthorized:
 		return "unauthorized"
+	case StateResynced:
+		return "resynced"
 	}
 	return "unknown"
 }
@@ -45,14 +54,17 @@ type State struct {
 	Kind StateKind
 	// Delay is how long until the retry (StateRetrying).
 	Delay time.Duration
-	// Err is why (StateRetrying, StateUnauthorized).
+	// Err is why (StateRetrying, StateUnauthorized, StateResynced).
 	Err error
+	// Position is where Listen goes on from (StateResynced).
+	Position Position
 }
 
 // WithStateFunc calls f on each change of the connection state: Listen
 // goes waiting (a poll is out) and connected (it answered) with each
-// poll; retrying is reported on every retry, with its delay. f runs on
-// the calling goroutine and must return quickly.
+// poll; retrying is reported on every retry, with its delay, and resynced
+// on every resynchronisation. f runs on the calling goroutine and must
+// return quickly.
 func WithStateFunc(f func(State)) Option {
 	var (
 		mu   sync.Mutex
@@ -61,7 +73,7 @@ func WithStateFunc(f func(State)) Option {
 	return func(c *Client) {
 		c.state = func(s State) {
 			mu.Lock()
-			same := s.Kind == last && s.Kind != StateRetrying
+			same := s.Kind == last && s.Kind != StateRetrying && s.Kind != StateResynced
 			last = s.Kind
 			mu.Unlock()
 			if !same {

@@ -543,7 +543,7 @@ func (r *runner) staleCheck(ctx context.Context, p *pair, l *life, i int, op str
 		asked = time.Now()
 		switch op {
 		case "ack":
-			return c.Ack(ctx, 0)
+			return c.Ack(ctx, client.Position{})
 		case "poll ahead":
 			_, err := c.Poll(ctx, client.PollQuery{Cursor: farAhead})
 			return err

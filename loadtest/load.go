@@ -1030,7 +1030,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 func (r *runner) ack(ctx context.Context, p *pair, l *life, cursor int64) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		from := time.Now()
-		err := l.client.Ack(ctx, cursor)
+		err := l.client.Ack(ctx, client.Position{Cursor: cursor})
 		if err == nil {
 			r.mu.Lock()
 			r.acked = append(r.acked, time.Now())
