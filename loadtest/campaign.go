@@ -505,7 +505,7 @@ func (r *runner) removeAndReturn(ctx context.Context, f fault) error {
 		// that did not come back owes nothing but must not receive.
 		err = fmt.Errorf("register %s again: %w", p.recipient, err)
 	}
-	l.cursor = reg.Cursor
+	l.cursor, l.epoch = reg.Cursor, reg.Epoch
 
 	r.mu.Lock()
 	if err == nil && reg.Cursor != 0 {

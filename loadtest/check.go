@@ -14,7 +14,7 @@ type verdict struct {
 	delivered   int // accepted sends that arrived, counted once
 	lost        int // accepted sends that never arrived
 	duplicates  int // arrivals of a send beyond its first
-	redelivered int // arrivals again after a crash lost their ack (-ack explicit)
+	redelivered int // arrivals again after a crash lost their ack (-ack explicit), or after a resync
 	reordered   int // arrivals whose seq is not above the previous one's
 	unexpected  int // arrivals that are not an accepted send to this recipient
 	unconfirmed int // sends with no answer that arrived anyway
@@ -46,14 +46,20 @@ type checkOpts struct {
 // overlapped. The repeats allowed: an envelope that arrives again at the
 // same life with the same seq after its client crashed (the client lost
 // its place), or under explicit acks after a relay was killed (the kill
-// lost its ack), is a redelivery, not a duplicate. Otherwise no repeat is
-// allowed, since the relay answers from the cursor the client sends.
+// lost its ack), is a redelivery, not a duplicate; so is an envelope that
+// arrives again, by sender and id whatever its seq, after the recipient
+// resynchronised (a 409 cursor_ahead: the store's history went back, and
+// with it seqs and acknowledgements), and seqs are in order only between
+// resyncs. Otherwise no repeat is allowed, since the relay answers from
+// the cursor the client sends. A resync excuses no loss: an accepted send
+// that never arrived is lost.
 func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 	v := verdict{errors: map[string]int{}}
 	seen := make([]int, len(sends)) // arrivals at the right recipient
 	first := make([]received, len(sends))
 	for _, p := range pairs {
-		prev := map[int]int64{} // by life
+		type span struct{ life, resyncs int }
+		prev := map[span]int64{} // by life, between resyncs
 		for _, got := range p.received {
 			mine := got.send >= 0 && sends[got.send].pair == p.idx && got.from == p.sender
 			ours := mine && (len(p.lives) == 0 || p.lives[got.life].mayHold(sends[got.send]))
@@ -62,17 +68,19 @@ func check(sends []sendRecord, pairs []*pair, opts checkOpts) verdict {
 				seen[got.send]++
 				f := first[got.send]
 				again := got.seq == f.seq && got.life == f.life
-				if again && (opts.explicitAck && crashBetween(opts.kills, f.since(), got.at) || crashBetween(p.crashes, f.since(), got.at)) {
+				resynced := got.life == f.life && got.resyncs > f.resyncs
+				if resynced || again && (opts.explicitAck && crashBetween(opts.kills, f.since(), got.at) || crashBetween(p.crashes, f.since(), got.at)) {
 					v.redelivered++
 				} else {
 					v.duplicates++
 				}
 				continue
 			}
-			if got.seq <= prev[got.life] {
+			sp := span{got.life, got.resyncs}
+			if got.seq <= prev[sp] {
 				v.reordered++
 			}
-			prev[got.life] = max(prev[got.life], got.seq)
+			prev[sp] = max(prev[sp], got.seq)
 			if !ours {
 				v.unexpected++
 				if mine {
@@ -159,6 +167,7 @@ func (res *result) fill(rep *report.Report) {
 	rep.Memory = res.memory
 	rep.Redis = res.redis
 	rep.Redelivered = v.redelivered
+	rep.CursorAhead, rep.Resyncs = res.cursorAhead, res.resyncs
 	if len(res.retried) > 0 {
 		rep.Retried = res.retried
 	}

@@ -35,6 +35,13 @@ func asked(r received, sec int) received {
 	return r
 }
 
+// after sets how many resyncs the recipient had made when the arrival's
+// poll was sent.
+func after(r received, resyncs int) received {
+	r.resyncs = resyncs
+	return r
+}
+
 func TestCheck(t *testing.T) {
 	type want struct{ delivered, lost, dup, redelivered, reordered, unexpected, unconfirmed, errors int }
 	explicitCrashAt5 := checkOpts{explicitAck: true, kills: []time.Time{t0.Add(5 * time.Second)}}
@@ -155,6 +162,36 @@ func TestCheck(t *testing.T) {
 			opts: checkOpts{kills: explicitCrashAt5.kills},
 			r0:   []received{at(arrival(0, 1, "s0"), 1), at(arrival(1, 2, "s0"), 2), at(arrival(1, 2, "s0"), 6)},
 			r1:   []received{at(arrival(2, 1, "s1"), 1)},
+			want: want{delivered: 3, dup: 1},
+		},
+		{
+			// The store's history went back: the recipient resynced, and
+			// the relay handed both again, one under another seq.
+			name: "after a resync, the same sends are redelivered whatever their seq",
+			r0: []received{arrival(0, 1, "s0"), arrival(1, 2, "s0"),
+				after(arrival(0, 1, "s0"), 1), after(arrival(1, 1, "s0"), 1)},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3, redelivered: 2},
+		},
+		{
+			// Seq 2 was lost with the store's history; its send was
+			// made again after the resync and given seq 1 anew.
+			name: "after a resync, seqs may start below the last one seen",
+			edit: func(s []sendRecord, _ []*pair) { s[1].seq = 1 },
+			r0:   []received{arrival(0, 1, "s0"), after(arrival(1, 1, "s0"), 1)},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 3},
+		},
+		{
+			name: "a resync excuses no loss",
+			r0:   []received{arrival(0, 1, "s0"), after(arrival(0, 1, "s0"), 2)},
+			r1:   []received{arrival(2, 1, "s1")},
+			want: want{delivered: 2, lost: 1, redelivered: 1},
+		},
+		{
+			name: "a repeat between the same resyncs is a duplicate",
+			r0:   []received{after(arrival(0, 1, "s0"), 1), after(arrival(1, 2, "s0"), 1), after(arrival(0, 1, "s0"), 1)},
+			r1:   []received{arrival(2, 1, "s1")},
 			want: want{delivered: 3, dup: 1},
 		},
 		{

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/internal/epochtest"
 )
 
 // TestErrorCounting: what the relay answers over real HTTP, through the
@@ -100,5 +105,85 @@ func TestErrorCounting(t *testing.T) {
 				t.Errorf("cursor_ahead read as %+v", e)
 			}
 		})
+	}
+}
+
+// TestResyncAfterRollback: a recipient's poll with the epoch of a store
+// whose history went back since is answered 409 cursor_ahead; the tester
+// counts it, polls once without cursor and epoch, counts the resync, and
+// goes on in the new epoch. The envelope handed again after it is
+// redelivered, not a duplicate; the one the rollback took before it
+// arrived is lost. With explicit acks, a stale ack resyncs the same way.
+func TestResyncAfterRollback(t *testing.T) {
+	const epochA, epochB = "AAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBB"
+	relay := epochtest.Start(t, epochA)
+	r := testRunner(t, []string{relay.URL}, 1)
+	p := r.pairs[0]
+	r.sends = make([]sendRecord, 4)
+	env := func(i int) epochtest.Envelope {
+		return epochtest.Envelope{From: p.sender, ID: r.sendID(i), Payload: payload(r.sendID(i), r.cfg.payload)}
+	}
+	ctx := context.Background()
+	if err := r.registerOne(ctx, p); err != nil || p.epoch != epochA {
+		t.Fatalf("register: %v, epoch %q", err, p.epoch)
+	}
+	for i := range r.sends {
+		r.sends[i] = sendRecord{pair: 0, outcome: accepted, seq: int64(i + 1), started: time.Now(), answered: time.Now()}
+	}
+	for i := range 2 {
+		e := env(i)
+		relay.Add(e.From, e.ID, e.Payload)
+	}
+	if _, err := r.pollOnce(ctx, p, 0); err != nil || p.cursor != 2 {
+		t.Fatalf("poll: %v, cursor %d", err, p.cursor)
+	}
+	e := env(3)
+	relay.Add(e.From, e.ID, e.Payload) // seq 4, lost with the rollback
+	// The store keeps seq 1 and 2 but lost the ack of 2; send 2 is stored
+	// anew at seq 3.
+	relay.Rollback(2, 1, epochB, env(2))
+	if _, err := r.pollOnce(ctx, p, 0); err == nil {
+		t.Fatal("the poll in the old epoch was answered")
+	}
+	for range 2 {
+		if _, err := r.pollOnce(ctx, p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.cursor != 3 || p.epoch != epochB || r.counts.cursorAhead != 1 || r.counts.resyncs != 1 || len(r.counts.errors) != 0 {
+		t.Fatalf("cursor %d epoch %q, cursor_ahead %d, resyncs %d, errors %v", p.cursor, p.epoch, r.counts.cursorAhead, r.counts.resyncs, r.counts.errors)
+	}
+	var sent []string
+	for _, q := range relay.Requests() {
+		c, e := "-", cmp.Or(q.Epoch, "-")
+		if q.Cursor != nil {
+			c = strconv.FormatInt(*q.Cursor, 10)
+		}
+		sent = append(sent, fmt.Sprintf("%s %s %s %d", q.Op, c, e, q.Status))
+	}
+	want := []string{"poll 0 " + epochA + " 0", "poll 2 " + epochA + " 409", "poll - - 0", "poll 3 " + epochB + " 0"}
+	if !slices.Equal(sent, want) {
+		t.Errorf("requests\n%q, want\n%q", sent, want)
+	}
+	v := check(r.sends, r.pairs, checkOpts{})
+	if v.delivered != 3 || v.redelivered != 1 || v.duplicates != 0 || v.reordered != 0 || v.lost != 1 || len(v.errors) != 0 {
+		t.Errorf("verdict %+v", v)
+	}
+
+	// Explicit acks: the ack in the old epoch is refused, and the next
+	// poll leaves the epoch out.
+	r.cfg.ackMode = "explicit"
+	relay.Rollback(3, 3, epochA)
+	l, _ := r.current(p)
+	r.ack(ctx, p, l, client.Position{Cursor: 3, Epoch: epochB})
+	if _, err := r.pollOnce(ctx, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	reqs := relay.Requests()
+	if ack, poll := reqs[len(reqs)-2], reqs[len(reqs)-1]; ack.Op != "ack" || ack.Epoch != epochB || ack.Status != 409 || poll.Cursor != nil || poll.Epoch != "" {
+		t.Errorf("ack %+v then poll %+v", ack, poll)
+	}
+	if p.epoch != epochA || r.counts.cursorAhead != 2 || r.counts.resyncs != 2 || len(r.counts.errors) != 0 {
+		t.Errorf("epoch %q, cursor_ahead %d, resyncs %d, errors %v", p.epoch, r.counts.cursorAhead, r.counts.resyncs, r.counts.errors)
 	}
 }

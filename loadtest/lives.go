@@ -18,7 +18,8 @@ type life struct {
 	// removed bound the removal that ended it (zero while it lasts).
 	registering, registered time.Time
 	removing, removed       time.Time
-	cursor                  int64 // where its registration put the cursor
+	cursor                  int64  // where its registration put the cursor
+	epoch                   string // and in which store epoch
 	// ctx ends when the next life begins, and with it the old token's
 	// polls.
 	ctx context.Context

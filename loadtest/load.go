@@ -357,7 +357,12 @@ type received struct {
 	at   time.Time
 	// asked is when the poll that brought it was sent: a poll sent before
 	// a kill may bring what the killed relay wrote, read after the kill.
-	asked   time.Time
+	asked time.Time
+	// resyncs is how many times the recipient had resynchronised (a 409
+	// cursor_ahead, then a poll without cursor and epoch) when the poll
+	// that brought it was sent: across one, seqs may go back and the
+	// relay may hand again what it handed before.
+	resyncs int
 	payload bool // the payload is the one sent under id
 	life    int  // the recipient's registration (index into lives) that polled
 }
@@ -390,11 +395,17 @@ type pair struct {
 	// Owned by the recipient's goroutine while the run lasts, then read by
 	// the checks.
 	cursor int64
+	// epoch is the store epoch of cursor ("" until a relay named one).
+	epoch string
 	// polled is the life the cursor belongs to; lostPlace, that a crash
 	// lost it and the next poll asks the relay.
 	polled    int
 	lostPlace bool
-	received  []received
+	// resync: a 409 cursor_ahead refused the cursor and epoch, and the
+	// next poll leaves both out; resyncs counts those 409s.
+	resync   bool
+	resyncs  int
+	received []received
 }
 
 // runner holds one run's state.
@@ -453,6 +464,9 @@ type counts struct {
 	// householdRefused are the load's own sends refused by their
 	// household's limit, which no pair's modest rate should reach.
 	householdRefused int
+	// cursorAhead are the 409 cursor_ahead answers to polls and acks;
+	// resyncs, the polls without cursor and epoch that answered after.
+	cursorAhead, resyncs int
 }
 
 func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMeter, logger *slog.Logger) (*runner, error) {
@@ -583,13 +597,16 @@ type result struct {
 	herdHeld    time.Duration
 
 	householdRefused int
-	removal          map[string]int
-	campaign         *report.Campaign
-	crashes          []report.Crash
-	kills            []time.Time
-	acked            []time.Time
-	steady           *report.Steady
-	hostile          *report.Hostile
+	// cursorAhead are the 409 cursor_ahead answers, resyncs the
+	// resynchronisations after them.
+	cursorAhead, resyncs int
+	removal              map[string]int
+	campaign             *report.Campaign
+	crashes              []report.Crash
+	kills                []time.Time
+	acked                []time.Time
+	steady               *report.Steady
+	hostile              *report.Hostile
 	// Filled by load from the stack, after the relays stopped.
 	exits  []string
 	memory *report.Memory
@@ -757,6 +774,7 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	res.errors = r.counts.errors
 	res.retried = r.counts.retried
 	res.householdRefused = r.counts.householdRefused
+	res.cursorAhead, res.resyncs = r.counts.cursorAhead, r.counts.resyncs
 	res.crashes = r.crashes
 	res.kills = r.kills
 	res.acked = r.acked
@@ -840,6 +858,7 @@ func (r *runner) registerOne(ctx context.Context, p *pair) error {
 		resp, err := l.client.Register(ctx)
 		if err == nil {
 			p.cursor, l.cursor = resp.Cursor, resp.Cursor
+			p.epoch, l.epoch = resp.Epoch, resp.Epoch
 			r.mu.Lock()
 			l.registering, l.registered = began, time.Now()
 			r.mu.Unlock()
@@ -972,7 +991,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	l, li := r.current(p)
 	if li != p.polled {
 		// A new registration starts over where it says.
-		p.polled, p.cursor, p.lostPlace = li, l.cursor, false
+		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = li, l.cursor, l.epoch, false, false
 	}
 	// The next life's beginning ends this one's poll, as a client given a
 	// new token would stop using the old.
@@ -988,18 +1007,23 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	}
 	// With explicit acks the poll leaves the cursor out, so the relay
 	// answers from the cursor it has stored; so does a client that lost
-	// its place.
-	q := client.PollQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit" || p.lostPlace, Wait: wait}
+	// its place, and one resynchronising after a 409 cursor_ahead. The
+	// epoch goes with the cursor the client keeps, whether it sends the
+	// cursor or not; the last two have none.
+	q := client.PollQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit" || p.lostPlace || p.resync, Wait: wait}
+	if !p.lostPlace && !p.resync {
+		q.Epoch = p.epoch
+	}
 	from := time.Now()
 	resp, err := l.client.Poll(ctx, q)
 	r.held.Add(-1)
 	at := time.Now()
 	if err == nil {
 		r.record(p, li, resp, from, at)
-		p.lostPlace = false
+		p.lostPlace, p.resync = false, false
 		crashed := len(resp.Envelopes) > 0 && r.crashClient(ctx, p)
 		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 && !crashed {
-			r.ack(ctx, p, l, resp.Cursor)
+			r.ack(ctx, p, l, client.Position{Cursor: resp.Cursor, Epoch: p.epoch})
 		}
 		return resp.More, nil
 	}
@@ -1010,13 +1034,14 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 		r.awaitLife(ctx, p, li)
 		return false, err
 	}
+	if r.cursorAhead(p, "poll", q.Epoch, err, from, at) {
+		return false, err
+	}
 	r.failure("poll", p.pollRelay, err, from, at)
 	var se *client.Error
 	switch {
 	case errors.As(err, &se) && turnedAway(se):
 		sleepFor(ctx, max(se.RetryAfter, 100*time.Millisecond))
-	case errors.As(err, &se) && se.CursorAhead():
-		p.cursor = se.Head
 	case errors.As(err, &se):
 		sleepFor(ctx, time.Second) // a faulty relay must not be hammered
 	default:
@@ -1025,12 +1050,12 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	return false, err
 }
 
-// ack acknowledges up to cursor, again and again while no definitive
+// ack acknowledges up to pos, again and again while no definitive
 // answer comes, as a client that must not lose its place would.
-func (r *runner) ack(ctx context.Context, p *pair, l *life, cursor int64) {
+func (r *runner) ack(ctx context.Context, p *pair, l *life, pos client.Position) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		from := time.Now()
-		err := l.client.Ack(ctx, client.Position{Cursor: cursor})
+		err := l.client.Ack(ctx, pos)
 		if err == nil {
 			r.mu.Lock()
 			r.acked = append(r.acked, time.Now())
@@ -1038,7 +1063,7 @@ func (r *runner) ack(ctx context.Context, p *pair, l *life, cursor int64) {
 			r.mu.Unlock()
 			return
 		}
-		if ctx.Err() != nil || r.removalAnswer(l, "ack", err, time.Now()) {
+		if ctx.Err() != nil || r.removalAnswer(l, "ack", err, time.Now()) || r.cursorAhead(p, "ack", pos.Epoch, err, from, time.Now()) {
 			return
 		}
 		r.failure("ack", p.pollRelay, err, from, time.Now())
@@ -1081,7 +1106,7 @@ func (r *runner) record(p *pair, li int, resp client.PollResult, asked, at time.
 	defer r.mu.Unlock()
 	r.staleAnswerLocked(p, p.lives[li], "poll", p.pollRelay, asked)
 	for _, e := range resp.Envelopes {
-		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at, asked: asked, life: li}
+		got := received{send: r.sendIndex(e.ID), id: e.ID, seq: e.Seq, from: e.From, at: at, asked: asked, life: li, resyncs: p.resyncs}
 		if got.send >= 0 {
 			rec := &r.sends[got.send]
 			got.payload = string(e.Payload) == string(payload(e.ID, r.cfg.payload))
@@ -1100,8 +1125,39 @@ func (r *runner) record(p *pair, li int, resp client.PollResult, asked, at time.
 		p.received = append(p.received, got)
 	}
 	// The relay's cursor is the last seq returned, or the stored cursor
-	// when nothing was; either way it is where the next poll acknowledges.
+	// when nothing was; either way it is where the next poll acknowledges,
+	// in the answer's epoch. A resynchronising answer names both.
 	p.cursor = resp.Cursor
+	if p.resync || resp.Epoch != "" {
+		p.epoch = resp.Epoch
+	}
+	if p.resync {
+		r.counts.resyncs++
+	}
+}
+
+// cursorAhead handles a 409 cursor_ahead to a poll or ack that carried
+// epoch: the recipient resynchronises, polling once without cursor and
+// epoch and taking that answer's, as PROTOCOL.md says a client does. Every
+// such answer is counted; one that names no other epoch than the one sent
+// (a head behind the cursor with the store's history intact, or a relay
+// without epochs) is an error as well.
+func (r *runner) cursorAhead(p *pair, op, epoch string, err error, from, to time.Time) bool {
+	var se *client.Error
+	if !errors.As(err, &se) || !se.CursorAhead() {
+		return false
+	}
+	r.mu.Lock()
+	r.counts.cursorAhead++
+	if se.Epoch == "" || se.Epoch == epoch {
+		r.failureLocked(op, p.pollRelay, err, from, to)
+	}
+	r.mu.Unlock()
+	if !p.resync {
+		p.resync = true
+		p.resyncs++
+	}
+	return true
 }
 
 // sweep polls every recipient once more without waiting, after the held

@@ -74,8 +74,18 @@ type Report struct {
 	// Redelivered are arrivals of an envelope already received, with the
 	// same id and seq, after a crash, under -ack explicit: the relay lost
 	// the acknowledgement with the crash and handed the envelope again,
-	// as it may. They are not duplicates and do not fail the run.
+	// as it may; or with the same sender and id after a resynchronisation
+	// (see Resyncs), whatever its seq. They are not duplicates and do not
+	// fail the run.
 	Redelivered int `json:"redelivered,omitempty"`
+	// CursorAhead are the 409 cursor_ahead answers to the recipients'
+	// polls and acks: their cursor was above the device's head, or of a
+	// store epoch that is no longer the current one (the store's history
+	// went back). Resyncs are the polls without cursor and epoch that
+	// answered after them, from which each recipient went on. Those with
+	// the store's history intact are also counted in Errors.
+	CursorAhead int `json:"cursor_ahead,omitempty"`
+	Resyncs     int `json:"resyncs,omitempty"`
 	// RedeliveryNote says why a run with -ack explicit and crashes saw no
 	// redelivery.
 	RedeliveryNote string `json:"redelivery_note,omitempty"`
@@ -433,6 +443,9 @@ func (r *Report) Line() string {
 		r.Accepted, sum(r.Refused), r.Delivered, r.Lost, r.Duplicates, r.Reordered, r.Unexpected, sum(r.Errors), r.LateSends)
 	if r.Redelivered > 0 {
 		fmt.Fprintf(&b, " redelivered=%d", r.Redelivered)
+	}
+	if r.CursorAhead > 0 || r.Resyncs > 0 {
+		fmt.Fprintf(&b, " cursor_ahead=%d resyncs=%d", r.CursorAhead, r.Resyncs)
 	}
 	if len(r.Crashes) > 0 {
 		fmt.Fprintf(&b, " crashes=%d", len(r.Crashes))

@@ -1,9 +1,12 @@
 package report
 
 import (
+	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,6 +68,36 @@ func TestWriteRead(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, r) {
 		t.Errorf("round trip: got %+v, want %+v", got, r)
+	}
+}
+
+// TestEvidenceCompatible: every committed report reads, with no cursor_ahead
+// or resync, and writes back without those fields; a report with them
+// says so in its line.
+func TestEvidenceCompatible(t *testing.T) {
+	paths, err := filepath.Glob("../../docs/evidence/*.json")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no evidence: %v", err)
+	}
+	for _, p := range paths {
+		r, err := Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.CursorAhead != 0 || r.Resyncs != 0 {
+			t.Errorf("%s: cursor_ahead %d, resyncs %d", p, r.CursorAhead, r.Resyncs)
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(`"cursor_ahead"`)) || bytes.Contains(b, []byte(`"resyncs"`)) {
+			t.Errorf("%s: written back with the new fields", p)
+		}
+	}
+	r := &Report{Name: "x", CursorAhead: 3, Resyncs: 2}
+	if l := r.Line(); !strings.Contains(l, "cursor_ahead=3 resyncs=2") {
+		t.Errorf("line %q", l)
 	}
 }
 
