@@ -2,10 +2,23 @@ import { Backoff, MAX_RETRY_AFTER_SECONDS, sleep, timerMs } from "./backoff.js";
 import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
 import type { CredentialSource } from "./credentials.js";
 import { FixedToken, UnauthorizedError } from "./credentials.js";
-import type { CursorStore } from "./cursor.js";
+import type { CursorStore, Position } from "./cursor.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
-import type * as wire from "./wire.js";
+import type * as wireTypes from "./wire.js";
+
+// The store epoch in the answers and the ack; in wire.ts once
+// docs/openapi.yaml has it.
+declare namespace wire {
+  type RegisterRequest = wireTypes.RegisterRequest;
+  type RegisterResponse = wireTypes.RegisterResponse & { epoch?: string };
+  type DevicesResponse = wireTypes.DevicesResponse;
+  type SendRequest = wireTypes.SendRequest;
+  type SendResponse = wireTypes.SendResponse;
+  type PollResponse = wireTypes.PollResponse & { epoch?: string };
+  type AckRequest = wireTypes.AckRequest & { epoch?: string };
+  type ErrorBody = wireTypes.ErrorBody;
+}
 
 /** How long listen's polls are held by default, in seconds. */
 export const DEFAULT_WAIT = 20;
@@ -62,6 +75,11 @@ export interface PollResult {
   /** More is waiting: poll again at once. */
   more: boolean;
   envelopes: Envelope[];
+  /**
+   * The store epoch the seqs belong to (absent from a relay without
+   * epochs): keep it with the cursor and send both.
+   */
+  epoch?: string;
 }
 
 export interface PollOptions {
@@ -72,6 +90,14 @@ export interface PollOptions {
    * starts above the cursor the relay knows.
    */
   cursor?: number | undefined;
+  /**
+   * The store epoch the cursor was taken in (undefined: not checked).
+   * Always send the persisted one with the cursor: a relay whose store's
+   * history went back since answers 409 cursor_ahead instead of
+   * acknowledging seqs that now name other envelopes. Left out with the
+   * cursor to recover from cursor_ahead.
+   */
+  epoch?: string | undefined;
   /** How long the relay may hold the poll, in seconds (default 0). */
   wait?: number;
   /** The most envelopes to return (default: the relay's). */
@@ -93,7 +119,7 @@ export interface SendOptions {
 export type Handler = (envelope: Envelope, signal: AbortSignal) => void | Promise<void>;
 
 export interface ListenOptions {
-  /** Where the cursor is kept (default: in memory, starting at 0). */
+  /** Where the position (cursor and epoch) is kept (default: in memory, starting at 0). */
   cursorStore?: CursorStore;
   /** Aborting it stops listen, which then resolves. */
   signal?: AbortSignal;
@@ -139,7 +165,7 @@ export class RelayClient {
     if (!(this.requestTimeoutMs > 0) || !(this.maxBackoffMs > 0)) throw new Error("relay client: timeouts and backoff must be positive");
   }
 
-  /** Creates the token's device or updates it; resolves to its cursor as the relay knows it. */
+  /** Creates the token's device or updates it; resolves to its cursor as the relay knows it, and that cursor's epoch. */
   async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<wire.RegisterResponse> {
     return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
   }
@@ -225,36 +251,46 @@ export class RelayClient {
     const wait = opts.wait ?? 0;
     let path = `/v1/poll?wait=${wait}`;
     if (opts.cursor !== undefined) path += `&cursor=${opts.cursor}`;
+    if (opts.epoch !== undefined) path += `&epoch=${encodeURIComponent(opts.epoch)}`;
     if (opts.limit !== undefined) path += `&limit=${opts.limit}`;
     const res = (await this.request<wire.PollResponse>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
     return {
       cursor: res.cursor,
       more: res.more,
       envelopes: res.envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) })),
+      ...(typeof res.epoch === "string" && { epoch: res.epoch }),
     };
   }
 
-  /** Acknowledges everything at or below cursor, in one request. */
-  async ack(cursor: number, opts: { signal?: AbortSignal } = {}): Promise<void> {
-    const body: wire.AckRequest = { cursor };
+  /**
+   * Acknowledges everything at or below cursor, in one request; epoch, the
+   * one the cursor was taken in, is checked when given. A cursor above the
+   * device's head, or an epoch that is not the store's current one, is a
+   * RelayError with cursorAhead, and nothing is acknowledged.
+   */
+  async ack(cursor: number, opts: { epoch?: string | undefined; signal?: AbortSignal } = {}): Promise<void> {
+    const body: wire.AckRequest = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
     await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
   }
 
   /**
    * The device's poll loop. It holds polls, hands each envelope to handler
-   * once, in seq order, and saves the cursor after each handler resolved,
-   * before the next envelope. Every poll carries the saved cursor, which
-   * acknowledges it; an answer with more waiting is followed at once by the
-   * next poll.
+   * once, in seq order, and saves the position (cursor and store epoch)
+   * after each handler resolved, before the next envelope. Every poll
+   * carries the saved cursor, which acknowledges it, and its epoch once a
+   * relay named one; an answer with more waiting is followed at once by
+   * the next poll.
    *
    * It survives no answer, 429, 500 and 503 (polling again with the same
    * cursor after a backoff that honours Retry-After), and 409 cursor_ahead:
-   * a saved cursor above the device's head, as after the relay's data was
-   * restored from an older backup or the device was removed and registered
-   * again. Then it polls once without a cursor, which acknowledges nothing
-   * and starts above the cursor the relay knows, and goes on from the
-   * cursor that answer names: nothing the relay holds is skipped. Seqs may
-   * then name other envelopes than before; an app that must not process
+   * a saved cursor above the device's head or of another store epoch, as
+   * after a failover to a database that lacked the last commits, the
+   * relay's data was restored from an older backup, or the device was
+   * removed and registered again. Then it polls once without a cursor or
+   * epoch, which acknowledges nothing and starts above the cursor the relay
+   * knows, goes on from the cursor and epoch that answer names, and reports
+   * the state "resynced": nothing the relay holds is skipped. Seqs may then
+   * name other envelopes than before; an app that must not process
    * anything twice tells repeats by from and id.
    *
    * Resolves when the signal aborts (also while handler runs); rejects
@@ -266,24 +302,35 @@ export class RelayClient {
     if (!Number.isInteger(wait) || wait < 1) throw new Error("relay client: listen needs a wait of at least 1 s");
     const store = opts.cursorStore ?? new MemoryCursorStore();
     const signal = opts.signal ?? new AbortController().signal;
-    let cursor = await store.load();
+    const pos: Position = { ...(await store.load()) };
+    let saved: Position = { ...pos };
+    const save = async () => {
+      if (pos.cursor === saved.cursor && pos.epoch === saved.epoch) return;
+      await store.save({ ...pos });
+      saved = { ...pos };
+    };
     const bo = new Backoff(this.maxBackoffMs);
-    let recovering = false; // the next poll leaves the cursor out
+    let ahead: RelayError | undefined; // the cursor_ahead being recovered from: the next poll leaves cursor and epoch out
     while (!signal.aborted) {
+      const recovering = ahead !== undefined;
       let res: PollResult;
       const started = Date.now();
       if (!recovering) this.state({ kind: "waiting" });
       try {
         res = await this.poll(
           recovering
-            ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the cursor right at once
-            : { cursor, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) },
+            ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the position right at once
+            : { cursor: pos.cursor, epoch: pos.epoch, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) },
         );
       } catch (err) {
         if (signal.aborted) return;
         if (err instanceof RelayError && err.cursorAhead && !recovering) {
-          this.log(`listen: cursor ${cursor} is above the device's head ${err.head}; polling without it`);
-          recovering = true;
+          if (err.epoch !== undefined && err.epoch !== pos.epoch) {
+            this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
+          } else {
+            this.log(`listen: cursor ${pos.cursor} is above the device's head ${err.head}; polling without it`);
+          }
+          ahead = err;
           continue;
         }
         if (!retryable(err)) throw err;
@@ -294,6 +341,9 @@ export class RelayClient {
         continue;
       }
       bo.reset();
+      // The answer's seqs are of its epoch, so the cursors saved below are
+      // too; a recovering answer names the whole position.
+      if (recovering || res.epoch !== undefined) pos.epoch = res.epoch;
       if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
         // A held poll that ends empty at once was most likely superseded by
         // another poller of this device (a second tab): polling straight
@@ -304,23 +354,23 @@ export class RelayClient {
         if (signal.aborted) return;
         // With the cursor sent the relay never answers at or below it; a
         // recovering answer starts wherever the relay stands.
-        if (e.seq <= cursor && !recovering) continue;
+        if (e.seq <= pos.cursor && !recovering) continue;
         try {
           await handler(e, signal);
         } catch (err) {
           if (signal.aborted) return;
           throw new Error(`relay client: handler at seq ${e.seq}: ${String(err)}`, { cause: err });
         }
-        cursor = e.seq;
-        await store.save(cursor);
+        pos.cursor = e.seq;
+        await save();
       }
-      if (recovering) {
-        if (res.envelopes.length === 0 && res.cursor !== cursor) {
-          cursor = res.cursor;
-          await store.save(cursor);
-        }
-        this.log(`listen: recovered at cursor ${cursor}`);
-        recovering = false;
+      if (recovering && res.envelopes.length === 0) pos.cursor = res.cursor;
+      // A recovery without envelopes, or an epoch learned.
+      await save();
+      if (ahead !== undefined) {
+        this.log(`listen: resynchronised at cursor ${pos.cursor}, epoch ${String(pos.epoch)}`);
+        this.state({ kind: "resynced", cursor: pos.cursor, epoch: pos.epoch, error: ahead });
+        ahead = undefined;
       }
       // more, or a hold that ended: poll again at once, with the new cursor.
     }
@@ -460,20 +510,25 @@ export function answerError(resp: Response, text: string): RelayError {
  * answered), waiting (a poll is out, held until something arrives),
  * retrying (a call failed for a passing reason and is tried again after
  * delayMs), unauthorized (the credentials were refused and renewing them
- * failed: pair again).
+ * failed: pair again), resynced (listen's position was refused with 409
+ * cursor_ahead, error, and it went on from the relay's own, cursor and
+ * epoch: the store's history went back or the device was registered anew,
+ * so seqs may name other envelopes than before and envelopes may be handed
+ * over again; tell repeats by from and id).
  */
 export type ConnectionState =
   | { kind: "connected" }
   | { kind: "waiting" }
   | { kind: "retrying"; delayMs: number; error: unknown }
-  | { kind: "unauthorized"; error: unknown };
+  | { kind: "unauthorized"; error: unknown }
+  | { kind: "resynced"; cursor: number; epoch: string | undefined; error: RelayError };
 
-/** Calls f on each change of kind (each retry too); never lets f's throw reach the client. */
+/** Calls f on each change of kind (each retry and resync too); never lets f's throw reach the client. */
 function stateReporter(f: ((s: ConnectionState) => void) | undefined): (s: ConnectionState) => void {
   if (!f) return () => {};
   let last: ConnectionState["kind"] | undefined;
   return (s) => {
-    if (s.kind === last && s.kind !== "retrying") return;
+    if (s.kind === last && s.kind !== "retrying" && s.kind !== "resynced") return;
     last = s.kind;
     try {
       f(s);

@@ -1,4 +1,7 @@
-import type { ErrorBody } from "./wire.js";
+import type { ErrorBody as WireErrorBody } from "./wire.js";
+
+// The epoch beside head; in wire.ts once docs/openapi.yaml has it.
+type ErrorBody = WireErrorBody & { epoch?: string };
 
 /**
  * An answer of the relay other than the one a call expects. `code` is the
@@ -11,6 +14,8 @@ export class RelayError extends Error {
   readonly code: string;
   /** With cursor_ahead: the device's head. */
   readonly head: number | undefined;
+  /** With cursor_ahead: the store's current epoch. */
+  readonly epoch: string | undefined;
   /** With a 429: which limit refused. */
   readonly limit: string | undefined;
   /** The answer's Retry-After in seconds, at most 60 (MAX_RETRY_AFTER_SECONDS), when it had one. */
@@ -27,6 +32,7 @@ export class RelayError extends Error {
     this.status = status;
     this.code = code;
     this.head = typeof body?.head === "number" ? body.head : undefined;
+    this.epoch = typeof body?.epoch === "string" ? body.epoch : undefined;
     this.limit = typeof body?.limit === "string" ? body.limit : undefined;
     this.retryAfter = retryAfter;
   }
@@ -36,7 +42,10 @@ export class RelayError extends Error {
     return this.status === 429 || this.status >= 500;
   }
 
-  /** The cursor sent is above the device's head (409 cursor_ahead). */
+  /**
+   * The cursor sent is above the device's head, or was taken in another
+   * store epoch than the current one (409 cursor_ahead).
+   */
   get cursorAhead(): boolean {
     return this.status === 409 && this.code === "cursor_ahead";
   }

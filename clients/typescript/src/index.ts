@@ -4,7 +4,7 @@ export { RelayClient, newId, DEFAULT_WAIT, MAX_ANSWER_BYTES } from "./client.js"
 export { MAX_RETRY_AFTER_SECONDS } from "./backoff.js";
 export type { ClientOptions, ConnectionState, Envelope, PollResult, PollOptions, SendOptions, Handler, ListenOptions } from "./client.js";
 export { MemoryCursorStore } from "./cursor.js";
-export type { CursorStore } from "./cursor.js";
+export type { CursorStore, Position } from "./cursor.js";
 export { RelayError, NoAnswerError } from "./errors.js";
 export type * as wire from "./wire.js";
 export { Identity, SealError, SEAL_VERSION, seal, open, parseSealed, fingerprint, safetyNumber, keyId, x25519PublicKey } from "./seal.js";

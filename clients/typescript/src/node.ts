@@ -3,7 +3,8 @@ import { randomBytes } from "node:crypto";
 import { open, readFile, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
-import type { CursorStore } from "./cursor.js";
+import type { CursorStore, Position } from "./cursor.js";
+import { validEpoch } from "./cursor.js";
 import type { PinStore } from "./keyring.js";
 import { Identity } from "./seal.js";
 
@@ -51,26 +52,31 @@ async function readIfThere(path: string, what: string): Promise<string | undefin
 }
 
 /**
- * A cursor kept in a file as its decimal digits and a newline, written
- * atomically (a crash leaves the old cursor or the new one).
+ * A position kept in a file: the cursor's decimal digits, then a space and
+ * the epoch when there is one, and a newline (as the Go client's
+ * FileCursor), written atomically (a crash leaves the old position or the
+ * new one). A file of digits alone, as written before epochs, loads with no
+ * epoch.
  */
 export class FileCursorStore implements CursorStore {
   constructor(readonly path: string) {}
 
-  /** The file's cursor; a missing file is 0. */
-  async load(): Promise<number> {
+  /** The file's position; a missing file is cursor 0 with no epoch. */
+  async load(): Promise<Position> {
     const text = await readIfThere(this.path, "cursor file");
-    if (text === undefined) return 0;
-    const t = text.trim();
-    if (!/^\d{1,19}$/.test(t) || !Number.isSafeInteger(Number(t))) {
+    if (text === undefined) return { cursor: 0 };
+    const m = /^(\d{1,19})(?: ([A-Za-z0-9_-]{1,32}))?$/.exec(text.trim());
+    if (!m || !Number.isSafeInteger(Number(m[1]))) {
       throw new Error(`cursor file ${this.path} does not hold a cursor: ${JSON.stringify(text.slice(0, 40))}`);
     }
-    return Number(t);
+    return m[2] === undefined ? { cursor: Number(m[1]) } : { cursor: Number(m[1]), epoch: m[2] };
   }
 
-  async save(cursor: number): Promise<void> {
+  async save(position: Position): Promise<void> {
+    const { cursor, epoch } = position;
     if (!Number.isSafeInteger(cursor) || cursor < 0) throw new Error(`cursor ${cursor} is not a whole number`);
-    await writeAtomic(this.path, `${cursor}\n`);
+    if (epoch !== undefined && !validEpoch(epoch)) throw new Error(`epoch ${JSON.stringify(epoch)} is not 1 to 32 characters of [A-Za-z0-9_-]`);
+    await writeAtomic(this.path, epoch === undefined ? `${cursor}\n` : `${cursor} ${epoch}\n`);
   }
 }
 

@@ -7,22 +7,31 @@ import { fileURLToPath } from "node:url";
 
 import { FileCursorStore } from "../node.js";
 
-test("FileCursorStore keeps the cursor as digits and a newline, replaced whole", async () => {
+test("FileCursorStore keeps the cursor as digits, a space and the epoch, and a newline, replaced whole", async () => {
   const dir = await mkdtemp(join(tmpdir(), "cursor-"));
   try {
     const path = join(dir, "phone.cursor");
     const store = new FileCursorStore(path);
-    assert.equal(await store.load(), 0, "a missing file is cursor 0");
-    await store.save(7);
+    assert.deepEqual(await store.load(), { cursor: 0 }, "a missing file is cursor 0");
+    await store.save({ cursor: 7 });
     assert.equal(await readFile(path, "utf8"), "7\n");
-    await store.save(12345);
-    assert.equal(await readFile(path, "utf8"), "12345\n");
-    assert.equal(await new FileCursorStore(path).load(), 12345);
+    await store.save({ cursor: 12345, epoch: "AAAAAAAAAAAAAAAA" });
+    assert.equal(await readFile(path, "utf8"), "12345 AAAAAAAAAAAAAAAA\n");
+    assert.deepEqual(await new FileCursorStore(path).load(), { cursor: 12345, epoch: "AAAAAAAAAAAAAAAA" });
     assert.deepEqual(await readdir(dir), ["phone.cursor"], "a temporary file was left behind");
 
-    await writeFile(path, "12x\n");
-    await assert.rejects(store.load(), /does not hold a cursor/);
-    await assert.rejects(store.save(-1), /not a whole number/);
+    // A file written before epochs, or by the Go client.
+    await writeFile(path, "42\n");
+    assert.deepEqual(await store.load(), { cursor: 42 });
+    await writeFile(path, "43 x_-9\n");
+    assert.deepEqual(await store.load(), { cursor: 43, epoch: "x_-9" });
+
+    for (const bad of ["12x\n", "12 a/b\n", `12 ${"a".repeat(33)}\n`, "12  AAAA\n"]) {
+      await writeFile(path, bad);
+      await assert.rejects(store.load(), /does not hold a cursor/, bad);
+    }
+    await assert.rejects(store.save({ cursor: -1 }), /not a whole number/);
+    await assert.rejects(store.save({ cursor: 1, epoch: "a b" }), /not 1 to 32 characters/);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
