@@ -204,7 +204,8 @@ const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-c
 
 Holds polls for the token's device and prints each envelope once, in seq
 order, as one JSON line: {"seq","id","from","sent_at","payload" (base64)}.
-The cursor is saved to -cursor-file after each line (in memory without it).
+The cursor, with the store epoch it belongs to, is saved to -cursor-file
+after each line (in memory without it).
 With -open it registers the identity's key and opens each sealed envelope:
 "payload" is the plaintext, or "error" names why it did not open.
 SIGINT or SIGTERM stops it cleanly.
@@ -224,7 +225,7 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	fs := flag.NewFlagSet("listen", flag.ContinueOnError)
 	var cf clientFlags
 	cf.bind(fs)
-	cursorFile := fs.String("cursor-file", "", "keep the cursor in this file (default: in memory, from 0)")
+	cursorFile := fs.String("cursor-file", "", "keep the cursor and its store epoch in this file (default: in memory, from 0)")
 	wait := fs.Int("wait", client.DefaultWait, "seconds a poll may be held")
 	count := fs.Int("count", 0, "exit after this many envelopes (0: never)")
 	var sf sealFlags

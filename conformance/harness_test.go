@@ -404,7 +404,9 @@ func readCursor(path string) int64 {
 	if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
 		return -1
 	}
-	n, err := strconv.ParseInt(string(b[:len(b)-1]), 10, 64)
+	// The digits, then a space and the store's epoch once a relay named one.
+	digits, _, _ := strings.Cut(string(b[:len(b)-1]), " ")
+	n, err := strconv.ParseInt(digits, 10, 64)
 	if err != nil {
 		return -1
 	}
