@@ -5,20 +5,10 @@ import { FixedToken, UnauthorizedError } from "./credentials.js";
 import type { CursorStore, Position } from "./cursor.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
-import type * as wireTypes from "./wire.js";
+import type * as wire from "./wire.js";
 
-// The store epoch in the answers and the ack; in wire.ts once
-// docs/openapi.yaml has it.
-declare namespace wire {
-  type RegisterRequest = wireTypes.RegisterRequest;
-  type RegisterResponse = wireTypes.RegisterResponse & { epoch?: string };
-  type DevicesResponse = wireTypes.DevicesResponse;
-  type SendRequest = wireTypes.SendRequest;
-  type SendResponse = wireTypes.SendResponse;
-  type PollResponse = wireTypes.PollResponse & { epoch?: string };
-  type AckRequest = wireTypes.AckRequest & { epoch?: string };
-  type ErrorBody = wireTypes.ErrorBody;
-}
+/** A wire body with the store epoch (in wire.ts once docs/openapi.yaml has it). */
+type Epoched<T> = T & { epoch?: string };
 
 /** How long listen's polls are held by default, in seconds. */
 export const DEFAULT_WAIT = 20;
@@ -166,8 +156,8 @@ export class RelayClient {
   }
 
   /** Creates the token's device or updates it; resolves to its cursor as the relay knows it, and that cursor's epoch. */
-  async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<wire.RegisterResponse> {
-    return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
+  async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<Epoched<wire.RegisterResponse>> {
+    return (await this.request<Epoched<wire.RegisterResponse>>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
   }
 
   /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
@@ -253,7 +243,7 @@ export class RelayClient {
     if (opts.cursor !== undefined) path += `&cursor=${opts.cursor}`;
     if (opts.epoch !== undefined) path += `&epoch=${encodeURIComponent(opts.epoch)}`;
     if (opts.limit !== undefined) path += `&limit=${opts.limit}`;
-    const res = (await this.request<wire.PollResponse>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
+    const res = (await this.request<Epoched<wire.PollResponse>>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
     return {
       cursor: res.cursor,
       more: res.more,
@@ -269,7 +259,7 @@ export class RelayClient {
    * RelayError with cursorAhead, and nothing is acknowledged.
    */
   async ack(cursor: number, opts: { epoch?: string | undefined; signal?: AbortSignal } = {}): Promise<void> {
-    const body: wire.AckRequest = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
+    const body: Epoched<wire.AckRequest> = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
     await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
   }
 

@@ -52,7 +52,7 @@ export class RelayClient {
         if (!(this.requestTimeoutMs > 0) || !(this.maxBackoffMs > 0))
             throw new Error("relay client: timeouts and backoff must be positive");
     }
-    /** Creates the token's device or updates it; resolves to its cursor as the relay knows it. */
+    /** Creates the token's device or updates it; resolves to its cursor as the relay knows it, and that cursor's epoch. */
     async register(body = {}, opts = {}) {
         return (await this.request("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal));
     }
@@ -140,6 +140,8 @@ export class RelayClient {
         let path = `/v1/poll?wait=${wait}`;
         if (opts.cursor !== undefined)
             path += `&cursor=${opts.cursor}`;
+        if (opts.epoch !== undefined)
+            path += `&epoch=${encodeURIComponent(opts.epoch)}`;
         if (opts.limit !== undefined)
             path += `&limit=${opts.limit}`;
         const res = (await this.request("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal));
@@ -147,28 +149,37 @@ export class RelayClient {
             cursor: res.cursor,
             more: res.more,
             envelopes: res.envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) })),
+            ...(typeof res.epoch === "string" && { epoch: res.epoch }),
         };
     }
-    /** Acknowledges everything at or below cursor, in one request. */
+    /**
+     * Acknowledges everything at or below cursor, in one request; epoch, the
+     * one the cursor was taken in, is checked when given. A cursor above the
+     * device's head, or an epoch that is not the store's current one, is a
+     * RelayError with cursorAhead, and nothing is acknowledged.
+     */
     async ack(cursor, opts = {}) {
-        const body = { cursor };
+        const body = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
         await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
     }
     /**
      * The device's poll loop. It holds polls, hands each envelope to handler
-     * once, in seq order, and saves the cursor after each handler resolved,
-     * before the next envelope. Every poll carries the saved cursor, which
-     * acknowledges it; an answer with more waiting is followed at once by the
-     * next poll.
+     * once, in seq order, and saves the position (cursor and store epoch)
+     * after each handler resolved, before the next envelope. Every poll
+     * carries the saved cursor, which acknowledges it, and its epoch once a
+     * relay named one; an answer with more waiting is followed at once by
+     * the next poll.
      *
      * It survives no answer, 429, 500 and 503 (polling again with the same
      * cursor after a backoff that honours Retry-After), and 409 cursor_ahead:
-     * a saved cursor above the device's head, as after the relay's data was
-     * restored from an older backup or the device was removed and registered
-     * again. Then it polls once without a cursor, which acknowledges nothing
-     * and starts above the cursor the relay knows, and goes on from the
-     * cursor that answer names: nothing the relay holds is skipped. Seqs may
-     * then name other envelopes than before; an app that must not process
+     * a saved cursor above the device's head or of another store epoch, as
+     * after a failover to a database that lacked the last commits, the
+     * relay's data was restored from an older backup, or the device was
+     * removed and registered again. Then it polls once without a cursor or
+     * epoch, which acknowledges nothing and starts above the cursor the relay
+     * knows, goes on from the cursor and epoch that answer names, and reports
+     * the state "resynced": nothing the relay holds is skipped. Seqs may then
+     * name other envelopes than before; an app that must not process
      * anything twice tells repeats by from and id.
      *
      * Resolves when the signal aborts (also while handler runs); rejects
@@ -181,25 +192,38 @@ export class RelayClient {
             throw new Error("relay client: listen needs a wait of at least 1 s");
         const store = opts.cursorStore ?? new MemoryCursorStore();
         const signal = opts.signal ?? new AbortController().signal;
-        let cursor = await store.load();
+        const pos = { ...(await store.load()) };
+        let saved = { ...pos };
+        const save = async () => {
+            if (pos.cursor === saved.cursor && pos.epoch === saved.epoch)
+                return;
+            await store.save({ ...pos });
+            saved = { ...pos };
+        };
         const bo = new Backoff(this.maxBackoffMs);
-        let recovering = false; // the next poll leaves the cursor out
+        let ahead; // the cursor_ahead being recovered from: the next poll leaves cursor and epoch out
         while (!signal.aborted) {
+            const recovering = ahead !== undefined;
             let res;
             const started = Date.now();
             if (!recovering)
                 this.state({ kind: "waiting" });
             try {
                 res = await this.poll(recovering
-                    ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the cursor right at once
-                    : { cursor, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) });
+                    ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the position right at once
+                    : { cursor: pos.cursor, epoch: pos.epoch, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) });
             }
             catch (err) {
                 if (signal.aborted)
                     return;
                 if (err instanceof RelayError && err.cursorAhead && !recovering) {
-                    this.log(`listen: cursor ${cursor} is above the device's head ${err.head}; polling without it`);
-                    recovering = true;
+                    if (err.epoch !== undefined && err.epoch !== pos.epoch) {
+                        this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
+                    }
+                    else {
+                        this.log(`listen: cursor ${pos.cursor} is above the device's head ${err.head}; polling without it`);
+                    }
+                    ahead = err;
                     continue;
                 }
                 if (!retryable(err))
@@ -212,6 +236,10 @@ export class RelayClient {
                 continue;
             }
             bo.reset();
+            // The answer's seqs are of its epoch, so the cursors saved below are
+            // too; a recovering answer names the whole position.
+            if (recovering || res.epoch !== undefined)
+                pos.epoch = res.epoch;
             if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
                 // A held poll that ends empty at once was most likely superseded by
                 // another poller of this device (a second tab): polling straight
@@ -224,7 +252,7 @@ export class RelayClient {
                     return;
                 // With the cursor sent the relay never answers at or below it; a
                 // recovering answer starts wherever the relay stands.
-                if (e.seq <= cursor && !recovering)
+                if (e.seq <= pos.cursor && !recovering)
                     continue;
                 try {
                     await handler(e, signal);
@@ -234,16 +262,17 @@ export class RelayClient {
                         return;
                     throw new Error(`relay client: handler at seq ${e.seq}: ${String(err)}`, { cause: err });
                 }
-                cursor = e.seq;
-                await store.save(cursor);
+                pos.cursor = e.seq;
+                await save();
             }
-            if (recovering) {
-                if (res.envelopes.length === 0 && res.cursor !== cursor) {
-                    cursor = res.cursor;
-                    await store.save(cursor);
-                }
-                this.log(`listen: recovered at cursor ${cursor}`);
-                recovering = false;
+            if (recovering && res.envelopes.length === 0)
+                pos.cursor = res.cursor;
+            // A recovery without envelopes, or an epoch learned.
+            await save();
+            if (ahead !== undefined) {
+                this.log(`listen: resynchronised at cursor ${pos.cursor}, epoch ${String(pos.epoch)}`);
+                this.state({ kind: "resynced", cursor: pos.cursor, epoch: pos.epoch, error: ahead });
+                ahead = undefined;
             }
             // more, or a hold that ended: poll again at once, with the new cursor.
         }
@@ -391,13 +420,13 @@ export function answerError(resp, text) {
     }
     return new RelayError(resp.status, body, retryAfter, text.trim().slice(0, 200));
 }
-/** Calls f on each change of kind (each retry too); never lets f's throw reach the client. */
+/** Calls f on each change of kind (each retry and resync too); never lets f's throw reach the client. */
 function stateReporter(f) {
     if (!f)
         return () => { };
     let last;
     return (s) => {
-        if (s.kind === last && s.kind !== "retrying")
+        if (s.kind === last && s.kind !== "retrying" && s.kind !== "resynced")
             return;
         last = s.kind;
         try {

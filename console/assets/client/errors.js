@@ -9,6 +9,8 @@ export class RelayError extends Error {
     code;
     /** With cursor_ahead: the device's head. */
     head;
+    /** With cursor_ahead: the store's current epoch. */
+    epoch;
     /** With a 429: which limit refused. */
     limit;
     /** The answer's Retry-After in seconds, at most 60 (MAX_RETRY_AFTER_SECONDS), when it had one. */
@@ -27,6 +29,7 @@ export class RelayError extends Error {
         this.status = status;
         this.code = code;
         this.head = typeof body?.head === "number" ? body.head : undefined;
+        this.epoch = typeof body?.epoch === "string" ? body.epoch : undefined;
         this.limit = typeof body?.limit === "string" ? body.limit : undefined;
         this.retryAfter = retryAfter;
     }
@@ -34,7 +37,10 @@ export class RelayError extends Error {
     get temporary() {
         return this.status === 429 || this.status >= 500;
     }
-    /** The cursor sent is above the device's head (409 cursor_ahead). */
+    /**
+     * The cursor sent is above the device's head, or was taken in another
+     * store epoch than the current one (409 cursor_ahead).
+     */
     get cursorAhead() {
         return this.status === 409 && this.code === "cursor_ahead";
     }
