@@ -81,7 +81,7 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 			var e *Error
 			switch {
 			case errors.As(err, &e) && e.CursorAhead() && !recovering:
-				if e.Epoch != "" && e.Epoch != pos.Epoch {
+				if e.Epoch != "" && pos.Epoch != "" && e.Epoch != pos.Epoch {
 					c.logf("listen: the store's epoch is %s, not %q of cursor %d; polling without them", e.Epoch, pos.Epoch, pos.Cursor)
 				} else {
 					c.logf("listen: cursor %d is above the device's head %d; polling without it", pos.Cursor, e.Head)
