@@ -7,9 +7,6 @@ import { MemoryCursorStore } from "./cursor.js";
 import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
 import type * as wire from "./wire.js";
 
-/** A wire body with the store epoch (in wire.ts once docs/openapi.yaml has it). */
-type Epoched<T> = T & { epoch?: string };
-
 /** How long listen's polls are held by default, in seconds. */
 export const DEFAULT_WAIT = 20;
 /**
@@ -156,8 +153,8 @@ export class RelayClient {
   }
 
   /** Creates the token's device or updates it; resolves to its cursor as the relay knows it, and that cursor's epoch. */
-  async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<Epoched<wire.RegisterResponse>> {
-    return (await this.request<Epoched<wire.RegisterResponse>>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
+  async register(body: wire.RegisterRequest = {}, opts: { signal?: AbortSignal } = {}): Promise<wire.RegisterResponse> {
+    return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
   }
 
   /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
@@ -243,7 +240,7 @@ export class RelayClient {
     if (opts.cursor !== undefined) path += `&cursor=${opts.cursor}`;
     if (opts.epoch !== undefined) path += `&epoch=${encodeURIComponent(opts.epoch)}`;
     if (opts.limit !== undefined) path += `&limit=${opts.limit}`;
-    const res = (await this.request<Epoched<wire.PollResponse>>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
+    const res = (await this.request<wire.PollResponse>("GET", path, undefined, 200, wait * 1000 + POLL_MARGIN_MS, opts.signal))!;
     return {
       cursor: res.cursor,
       more: res.more,
@@ -259,7 +256,7 @@ export class RelayClient {
    * RelayError with cursorAhead, and nothing is acknowledged.
    */
   async ack(cursor: number, opts: { epoch?: string | undefined; signal?: AbortSignal } = {}): Promise<void> {
-    const body: Epoched<wire.AckRequest> = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
+    const body: wire.AckRequest = opts.epoch === undefined ? { cursor } : { cursor, epoch: opts.epoch };
     await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
   }
 
@@ -315,7 +312,7 @@ export class RelayClient {
       } catch (err) {
         if (signal.aborted) return;
         if (err instanceof RelayError && err.cursorAhead && !recovering) {
-          if (err.epoch !== undefined && err.epoch !== pos.epoch) {
+          if (err.epoch !== undefined && pos.epoch !== undefined && err.epoch !== pos.epoch) {
             this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
           } else {
             this.log(`listen: cursor ${pos.cursor} is above the device's head ${err.head}; polling without it`);

@@ -1,7 +1,4 @@
-import type { ErrorBody as WireErrorBody } from "./wire.js";
-
-// The epoch beside head; in wire.ts once docs/openapi.yaml has it.
-type ErrorBody = WireErrorBody & { epoch?: string };
+import type { ErrorBody } from "./wire.js";
 
 /**
  * An answer of the relay other than the one a call expects. `code` is the

@@ -25,6 +25,8 @@ export interface RegisterResponse {
   household: string;
   device: string;
   cursor: number;
+  /** The store's epoch cursor counts in (schema Epoch). */
+  epoch: string;
 }
 
 /** POST /v1/send's body (schema SendRequest). */
@@ -61,6 +63,8 @@ export interface Envelope {
 /** GET /v1/poll's 200 (schema PollResponse). */
 export interface PollResponse {
   cursor: number;
+  /** The store's epoch the seqs and cursor count in; send it with the next poll and ack. */
+  epoch: string;
   more: boolean;
   envelopes: Envelope[];
 }
@@ -68,6 +72,8 @@ export interface PollResponse {
 /** POST /v1/ack's body (schema AckRequest). */
 export interface AckRequest {
   cursor: number;
+  /** The store's epoch the cursor was taken in; absent, not checked. */
+  epoch?: string;
 }
 
 /** One device of the directory (schema Device). */
@@ -115,6 +121,8 @@ export interface ErrorBody {
   message: string;
   /** cursor_ahead only: the device's head. */
   head?: number;
+  /** cursor_ahead only: the store's current epoch, the one head counts in. */
+  epoch?: string;
   /** 429 only: which limit refused. */
   limit?: string;
 }

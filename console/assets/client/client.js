@@ -217,7 +217,7 @@ export class RelayClient {
                 if (signal.aborted)
                     return;
                 if (err instanceof RelayError && err.cursorAhead && !recovering) {
-                    if (err.epoch !== undefined && err.epoch !== pos.epoch) {
+                    if (err.epoch !== undefined && pos.epoch !== undefined && err.epoch !== pos.epoch) {
                         this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
                     }
                     else {

@@ -43,14 +43,17 @@ describe("single calls", () => {
     const hh = household();
     const phone = await device(hh, "phone");
     const laptop = await device(hh, "laptop");
-    assert.deepEqual(await phone.register(), { household: hh, device: "phone", cursor: 0 });
+    const reg = await phone.register();
+    assert.match(reg.epoch, /^[A-Za-z0-9_-]{16}$/);
+    assert.deepEqual(reg, { household: hh, device: "phone", cursor: 0, epoch: reg.epoch });
     const sent = await laptop.send(["phone"], "hello");
     assert.equal(sent.deliveries.length, 1);
     assert.deepEqual(sent.deliveries[0], { device: "phone", seq: 1 });
     const bytes = new Uint8Array([0, 255, 128, 10]);
     await laptop.send(["phone"], bytes, { id: "bin-1" });
 
-    const res = await phone.poll({ cursor: 0 });
+    const res = await phone.poll({ cursor: 0, epoch: reg.epoch });
+    assert.equal(res.epoch, reg.epoch);
     assert.equal(res.more, false);
     assert.equal(res.cursor, 2);
     assert.deepEqual(res.envelopes.map((e) => [e.seq, e.id, e.from]), [[1, sent.id, "laptop"], [2, "bin-1", "laptop"]]);
@@ -58,9 +61,9 @@ describe("single calls", () => {
     assert.deepEqual([...res.envelopes[1]!.payload], [...bytes]);
     assert.match(res.envelopes[0]!.sent_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
 
-    await phone.ack(2);
-    const again = await phone.poll({ cursor: 2 });
-    assert.deepEqual(again, { cursor: 2, more: false, envelopes: [] });
+    await phone.ack(2, { epoch: res.epoch });
+    const again = await phone.poll({ cursor: 2, epoch: res.epoch });
+    assert.deepEqual(again, { cursor: 2, more: false, envelopes: [], epoch: reg.epoch });
   });
 
   test("refusals are typed errors, and send does not retry them", async () => {
@@ -91,6 +94,10 @@ describe("single calls", () => {
     assert.equal(ahead.head, 0);
     assert.ok(ahead.cursorAhead);
     await refused(() => laptop.ack(99), 409, "cursor_ahead");
+    // An epoch that is not the store's: 409 with the current one.
+    const stale = await refused(() => laptop.ack(0, { epoch: "AAAAAAAAAAAAAAAA" }), 409, "cursor_ahead");
+    assert.match(stale.epoch ?? "", /^[A-Za-z0-9_-]{16}$/);
+    await refused(() => laptop.poll({ cursor: 0, epoch: "not an epoch" }), 400, "bad_request");
 
     const stranger = new RelayClient({ url: relay.url, token: "not.a.token", fetch: rec.fetch });
     await refused(() => stranger.send(["phone"], "x"), 401, "unauthorized");
