@@ -64,6 +64,11 @@ type config struct {
 	faultKinds []string
 	faultGap   time.Duration
 
+	// failover is the replication ("sync" or "async") of the Postgres
+	// formation whose primary is killed at failoverAt; "": none.
+	failover   string
+	failoverAt time.Duration
+
 	// command is the invocation, secrets removed, for the report.
 	command []string
 }
@@ -105,6 +110,8 @@ var envFor = map[string]string{
 	"faults":        "LOAD_FAULTS",
 	"fault-kinds":   "LOAD_FAULT_KINDS",
 	"fault-gap":     "LOAD_FAULT_GAP",
+	"failover":      "LOAD_FAILOVER",
+	"failover-at":   "LOAD_FAILOVER_AT",
 }
 
 // campaignDefaults are what -faults changes of the defaults of flags not
@@ -162,6 +169,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
 	fs.Var((*durationList)(&c.crashes), "crash", "kill the throwaway relays with SIGKILL this long after the first send and restart them on the same data and port (repeatable, or a comma-separated list)")
 	fs.IntVar(&c.crashReplica, "crash-replica", -1, "with -crash, kill only this replica (0-based); -1 kills every one")
+	fs.StringVar(&c.failover, "failover", "", "sync or async: put the throwaway relays on a pg_auto_failover formation of the tester's own (a monitor, a primary and a standby, replicating so) and kill the primary mid-run for the monitor to promote the standby; implies -store postgres")
+	fs.Var((*seconds)(&c.failoverAt), "failover-at", "with -failover, when the primary is killed after the first send (default a third of -duration)")
 	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
@@ -211,6 +220,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		if len(c.faultKinds) == 0 {
 			c.faultKinds = slices.Clone(faultKinds)
 		}
+	}
+	if c.failover != "" && given["pg"] {
+		return nil, errors.New("-failover starts the Postgres formation whose primary it kills; -pg cannot be given with it")
 	}
 	fromEnv = slices.DeleteFunc(fromEnv, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
@@ -292,6 +304,7 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("-relay-env: %w", err))
 	}
 	c.relay = relay
+	errs = append(errs, c.validateFailover()...)
 	if len(c.urls) == 0 {
 		switch c.store {
 		case "":

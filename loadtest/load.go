@@ -79,6 +79,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	for _, at := range cfg.crashes {
 		rep.Config.CrashAtSeconds = append(rep.Config.CrashAtSeconds, at.Seconds())
 	}
+	rep.Config.Failover = cfg.failover
 	if cfg.faults != nil {
 		rep.Config.Faults = strconv.FormatUint(*cfg.faults, 10)
 		rep.Config.FaultKinds = cfg.faultKinds
@@ -100,6 +101,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		applied int64
 		redis   *redisSampler
 		svc     *services
+		fo      *failover
 	)
 	if cfg.faults != nil {
 		// Before the stack, and torn down after it: the stack's database
@@ -114,6 +116,17 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			}
 		}()
 		logger.Info("campaign services ready", "postgres", svc.pgURL, "redis", svc.redisURL, "postgres_dir", svc.pg.dir)
+	}
+	if cfg.failover != "" {
+		// Before the stack, and torn down after it, as the campaign's.
+		if fo, err = startFailover(ctx, cfg, logger); err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := fo.f.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("tear down the formation: %w", cerr))
+			}
+		}()
 	}
 	if len(cfg.urls) == 0 {
 		bin := cfg.relayBin
@@ -131,6 +144,8 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		pg, redisURL := cfg.pg, cfg.redis
 		if svc != nil {
 			pg, redisURL = svc.pgURL, svc.redisURL
+		} else if fo != nil {
+			pg = fo.f.URL()
 		} else if cfg.replicas > 1 {
 			// Sampled before the relays start: the server's other clients
 			// are the baseline.
@@ -197,6 +212,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 	}
 	defer r.closeIdle()
 	r.heldURLs = cfg.metricsURLs
+	r.failover = fo
 	if st != nil {
 		r.stack = st
 		if svc != nil {
@@ -246,6 +262,13 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		}
 	}
 	res.fill(rep)
+	if fo != nil {
+		rep.Failover = fo.summary(res)
+		if e := rep.Failover.Error; e != "" {
+			rep.Failures = append(rep.Failures, "the failover did not complete: "+e)
+			rep.OK = false
+		}
+	}
 	rep.Date = time.Now().UTC().Truncate(time.Second)
 	rep.LoadTester = selfUsage()
 
@@ -430,6 +453,8 @@ type runner struct {
 	stack *stack
 	// campaign is the -faults campaign; nil without one.
 	campaign *campaign
+	// failover is the -failover formation; nil without one.
+	failover *failover
 	// opts are the clients' options, exp the tokens' expiry.
 	opts []client.Option
 	exp  time.Time
@@ -692,6 +717,9 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 	if r.campaign != nil {
 		crashes.Go(func() { r.campaignLoop(ctx, sched.start) })
 	}
+	if r.failover != nil {
+		crashes.Go(func() { r.failoverLoop(ctx, sched.start) })
+	}
 	var h *hostile
 	hctx, stopHostile := context.WithCancel(ctx)
 	var hostiles sync.WaitGroup
@@ -886,11 +914,11 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	}
 	r.mu.Unlock()
 
-	// With -crash or -faults the sender is a careful client: a send that
+	// With -crash, -faults or -failover the sender is a careful client: a send that
 	// got no definitive answer (none at all, or 503) goes again with the
 	// same id, so that one the relay committed just before it died is
 	// answered, not left in doubt.
-	careful := len(r.cfg.crashes) > 0 || r.campaign != nil
+	careful := len(r.cfg.crashes) > 0 || r.campaign != nil || r.failover != nil
 	var resp client.SendResult
 	var err error
 	from := started

@@ -112,6 +112,8 @@ type Report struct {
 	Redis   *Redis   `json:"redis,omitempty"`
 	// Campaign is a -faults run's campaign.
 	Campaign *Campaign `json:"campaign,omitempty"`
+	// Failover is a -failover run's loss of the Postgres primary.
+	Failover *Failover `json:"failover,omitempty"`
 }
 
 // Campaign is a fault campaign: the faults a seed planned and what became
@@ -316,14 +318,17 @@ type Config struct {
 	Faults          string   `json:"faults,omitempty"`
 	FaultKinds      []string `json:"fault_kinds,omitempty"`
 	FaultGapSeconds float64  `json:"fault_gap_seconds,omitempty"`
+	// Failover is the formation's replication ("sync" or "async") of a
+	// -failover run, which kills the Postgres primary mid-run.
+	Failover string `json:"failover,omitempty"`
 }
 
-// Plain reports whether c is an ordinary run: no crash or fault campaign,
+// Plain reports whether c is an ordinary run: no crash, failover or fault campaign,
 // no hostile load, no memory cap, no relay settings changed,
 // acknowledgements by cursor. Only plain runs stand beside each other in
 // the comparison tables.
 func (c Config) Plain() bool {
-	return len(c.CrashAtSeconds) == 0 && c.Faults == "" && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
+	return len(c.CrashAtSeconds) == 0 && c.Faults == "" && c.Failover == "" && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
 		len(c.RelayEnv) == 0 && (c.AckMode == "" || c.AckMode == "cursor")
 }
 
@@ -449,6 +454,10 @@ func (r *Report) Line() string {
 	}
 	if len(r.Crashes) > 0 {
 		fmt.Fprintf(&b, " crashes=%d", len(r.Crashes))
+	}
+	if f := r.Failover; f != nil {
+		fmt.Fprintf(&b, " failover=%s promoted=%s first_delivery=%s sends_refused=%d",
+			f.Mode, FormatMS(f.PromotedMS), FormatMS(f.FirstDeliveryMS), sum(f.SendsRefused))
 	}
 	if c := r.Campaign; c != nil {
 		fmt.Fprintf(&b, " seed=%s faults=%d removals=%d owed=%d excused=%d violations=%d",
