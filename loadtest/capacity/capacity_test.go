@@ -329,7 +329,7 @@ func TestRenderOlderEvidenceHasNoNewerTables(t *testing.T) {
 		"sqlite-1000x100.json": sample("sqlite-1000x100", "sqlite", 1000, 100),
 		"pg-2000x150.json":     sample("pg-2000x150", "postgres", 2000, 150),
 	})
-	for _, header := range []string{"Memory per held poll", "Crashes", "Hostile requests", "Slow readers", "Memory limit", "Redis connections", "Relay settings changed"} {
+	for _, header := range []string{"Memory per held poll", "Crashes", "Hostile requests", "Slow readers", "Memory limit", "Redis connections", "Relay settings changed", "Failover"} {
 		if strings.Contains(got, "#### "+header) {
 			t.Errorf("page has a %q table without evidence for it", header)
 		}

@@ -77,6 +77,7 @@ func render(entries []entry) []byte {
 		"llllrrrrllrrrl", rows)
 
 	renderNew(&b, entries)
+	renderFailover(&b, entries)
 
 	b.WriteString("\n#### Where they ran\n\n")
 	rows = append(rows[:0], machines(entries)...)
