@@ -288,7 +288,7 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 	if err := appendSettings(f.Nodes[0].pgdata(), serverSettings); err != nil {
 		return f, err
 	}
-	// Each server is created and run in one go: a create alone stops the
+	// The monitor is created and run in one go: a create alone stops the
 	// Postgres it started, and run starts it again, seconds each.
 	m := f.Monitor
 	if err := appendSettings(m.pgdata(), append(slices.Clone(serverSettings), monitorSettings...)); err != nil {
@@ -306,10 +306,20 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 	quorum := strconv.FormatBool(cfg.Mode == Sync)
 	for i, n := range f.Nodes {
 		step("hapg: creating node", "node", n.Name, "port", n.Port)
-		if err := f.start(n, "create", "postgres", "--pgctl", pgctl, "--pgdata", n.pgdata(),
+		if err := f.autoctlRun(ctx, n, "create", "postgres", "--pgctl", pgctl, "--pgdata", n.pgdata(),
 			"--pgport", strconv.Itoa(n.Port), "--hostname", "127.0.0.1", "--listen", "127.0.0.1",
 			"--name", n.Name, "--monitor", f.MonitorURL(), "--auth", "trust", "--no-ssl",
-			"--dbname", Database, "--replication-quorum", quorum, "--run"); err != nil {
+			"--dbname", Database, "--replication-quorum", quorum); err != nil {
+			return f, err
+		}
+		// Before the keeper runs: one that starts up as config set
+		// signals it to reload dies of the SIGHUP, and pg_autoctl 2.0
+		// restarts it into an error loop.
+		if err := f.autoctlRun(ctx, n, "config", "set", "--pgdata", n.pgdata(),
+			"timeout.network_partition_timeout", strconv.Itoa(int(PartitionTimeout.Seconds()))); err != nil {
+			return f, err
+		}
+		if err := f.start(n, "run", "--pgdata", n.pgdata()); err != nil {
 			return f, err
 		}
 		want := "single"
@@ -320,11 +330,6 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 			return f, err
 		}
 		step("hapg: node up", "node", n.Name, "state", want)
-		// config set has the running keeper read its configuration again.
-		if err := f.autoctlRun(ctx, n, "config", "set", "--pgdata", n.pgdata(),
-			"timeout.network_partition_timeout", strconv.Itoa(int(PartitionTimeout.Seconds()))); err != nil {
-			return f, err
-		}
 	}
 	if err := f.waitState(ctx, f.Nodes[0], "primary"); err != nil {
 		return f, err
