@@ -42,7 +42,9 @@ fi
 # hostile run floods one relay from 200 connections beside the load, and
 # from 600 slow readers of one token (-slow-readers' default), under a
 # 256 MiB memory cap. The 20,000-pair replica run holds 10,000 polls on
-# each of two relays, every send crossing relays.
+# each of two relays, every send crossing relays. The failover run puts the
+# relay on a pg_auto_failover formation (synchronous replication) and kills
+# its primary 20 s in; it needs pg_autoctl.
 scenarios=(
 	"sqlite-200x50|-store sqlite -pairs 200 -rate 50"
 	"sqlite-500x100|-store sqlite -pairs 500 -rate 100"
@@ -63,6 +65,7 @@ scenarios=(
 	"pg-idle-10000x10|-store postgres -pairs 10000 -rate 10"
 	"pg-crash-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"pg-2replicas-2000x150|-store postgres -replicas 2 -pairs 2000 -rate 150"
+	"pg-failover-sync-1000x100|-failover sync -pairs 1000 -rate 100"
 )
 
 if [[ "${1:-}" == "-l" ]]; then
@@ -107,8 +110,13 @@ for s in "${scenarios[@]}"; do
 		continue
 	fi
 	echo "== $name: $flags" >&2
+	# A failover run starts the Postgres it kills, and refuses LOAD_PG.
+	unset_pg=()
+	if [[ $flags == *-failover* ]]; then
+		unset_pg=(env -u LOAD_PG)
+	fi
 	# shellcheck disable=SC2086 # flags are words on purpose
-	if ! "$bin/loadtest" -relay-bin "$bin/relay" $flags -duration 60s -wait 20 \
+	if ! "${unset_pg[@]}" "$bin/loadtest" -relay-bin "$bin/relay" $flags -duration 60s -wait 20 \
 		-name "$name" -out "docs/evidence/$name.json"; then
 		status=1
 	fi
