@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -304,11 +305,13 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 	t.Helper()
 	bySeq := map[string]map[int64]string{} // device -> seq -> id
 	accepted, refused, bad, slow := 0, 0, 0, 0
+	var took503 []time.Duration
 	for _, s := range sends {
 		for _, a := range s.attempts {
 			switch {
 			case a.status == http.StatusServiceUnavailable:
 				refused++
+				took503 = append(took503, a.answered.Sub(a.at))
 			case a.status != http.StatusAccepted:
 				bad++
 				t.Errorf("send %s at %s: %v, want 202 or 503", s.id, a.at.Sub(killed).Round(time.Millisecond), a.err)
@@ -375,11 +378,20 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 			}
 		}
 	}
-	t.Logf("%d sends, %d accepted, %d answers 503, %d other failures, %d slow; deliveries resumed %v after the kill",
-		len(sends), accepted, refused, bad, slow, resumed.Round(time.Millisecond))
+	slices.Sort(took503)
+	t.Logf("%d sends, %d accepted, %d answers 503 (in %v at the median, %v at most), %d other failures, %d slow; deliveries resumed %v after the kill",
+		len(sends), accepted, refused, pct(took503, 50), pct(took503, 100), bad, slow, resumed.Round(time.Millisecond))
 	if resumed < 0 || resumed > 15*time.Second {
 		t.Errorf("deliveries resumed %v after the kill, want within 15s", resumed.Round(time.Millisecond))
 	}
+}
+
+// pct is the p-th percentile of sorted, rounded to milliseconds.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)].Round(time.Millisecond)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

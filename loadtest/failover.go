@@ -36,10 +36,11 @@ type failover struct {
 	at   time.Duration // after the first scheduled send
 	f    *hapg.Formation
 
-	// Set by the loop, read after it ended.
-	cut, killed, promoted time.Time
-	primary, promotedNode string
-	err                   error
+	// Set by the loop, read after it ended. windowEnd is when failures
+	// stopped being put down to the failover.
+	cut, killed, promoted, windowEnd time.Time
+	primary, promotedNode            string
+	err                              error
 }
 
 // validateFailover checks what -failover needs: a throwaway stack on a
@@ -135,8 +136,9 @@ func (r *runner) failoverLoop(ctx context.Context, start time.Time) {
 		fo.err = err
 		r.logger.Error("failover", "err", err)
 	}
+	fo.windowEnd = time.Now().Add(failoverGrace)
 	r.mu.Lock()
-	r.windows[idx].to = time.Now().Add(failoverGrace)
+	r.windows[idx].to = fo.windowEnd
 	r.mu.Unlock()
 }
 
@@ -176,8 +178,19 @@ func (fo *failover) summary(res *result) *report.Failover {
 			s.SendsRefused[strings.TrimPrefix(k, "send ")] += n
 		}
 	}
+	// A careful sender tries a 503 again, not a 429 (the relay's
+	// admission): those sends end refused.
+	for _, rec := range res.sends {
+		if rec.outcome == refused && !rec.answered.Before(fo.killed) && !rec.answered.After(fo.windowEnd) {
+			s.SendsRefused[refusedNotRetried]++
+		}
+	}
 	return s
 }
+
+// refusedNotRetried counts the sends of a failover's window that ended
+// refused: 429s, which the tester does not try again.
+const refusedNotRetried = "429, not tried again"
 
 func millis(d time.Duration) float64 {
 	return math.Round(float64(d)/float64(time.Microsecond)) / 1000

@@ -40,17 +40,21 @@ func TestFailoverConfig(t *testing.T) {
 
 // TestFailoverSummary: deliveries resume at the first delivery of a send
 // first tried after the kill, not of one that was in flight across it;
-// only the sends' retried attempts count as refused.
+// only the sends' attempts retried or refused within the failover's window
+// count as refused.
 func TestFailoverSummary(t *testing.T) {
 	start := time.Now()
 	killed := start.Add(10 * time.Second)
-	fo := &failover{mode: hapg.Sync, killed: killed, promoted: killed.Add(8 * time.Second), primary: "node1", promotedNode: "node2"}
+	fo := &failover{mode: hapg.Sync, killed: killed, promoted: killed.Add(8 * time.Second), windowEnd: killed.Add(10 * time.Second), primary: "node1", promotedNode: "node2"}
 	res := &result{
 		start: start,
 		sends: []sendRecord{
 			{pair: 0, started: killed.Add(-time.Second)}, // in flight across the kill
 			{pair: 0, started: killed.Add(time.Second)},
 			{pair: 0, started: killed.Add(2 * time.Second)},
+			{pair: 0, started: killed.Add(3 * time.Second), answered: killed.Add(4 * time.Second), outcome: refused},
+			{pair: 0, started: killed.Add(-3 * time.Second), answered: killed.Add(-2 * time.Second), outcome: refused}, // before
+			{pair: 0, started: killed.Add(11 * time.Second), answered: killed.Add(11 * time.Second), outcome: refused}, // after
 		},
 		pairs: []*pair{{idx: 0, received: []received{
 			{send: 0, at: killed.Add(5 * time.Second)},
@@ -64,7 +68,7 @@ func TestFailoverSummary(t *testing.T) {
 	if s.FirstDeliveryMS != 9000 || s.PromotedMS != 8000 || s.AtSeconds != 10 {
 		t.Errorf("first delivery %v ms, promoted %v ms, at %v s; want 9000, 8000, 10", s.FirstDeliveryMS, s.PromotedMS, s.AtSeconds)
 	}
-	if len(s.SendsRefused) != 2 || s.SendsRefused["503 unavailable"] != 7 || s.SendsRefused["transport"] != 2 {
+	if len(s.SendsRefused) != 3 || s.SendsRefused["503 unavailable"] != 7 || s.SendsRefused["transport"] != 2 || s.SendsRefused[refusedNotRetried] != 1 {
 		t.Errorf("sends refused %v", s.SendsRefused)
 	}
 }

@@ -39,7 +39,7 @@ func renderFailover(b *strings.Builder, entries []entry) {
 		return
 	}
 	b.WriteString("\n#### Failover\n\n")
-	b.WriteString("The relays on a pg_auto_failover formation of the tester's own (a monitor, a primary and a standby, `internal/hapg`), whose primary's machine was lost mid-run: its keeper and its Postgres killed with SIGKILL at \"killed at\", after the first send. \"Promoted\" runs from the kill until the monitor had promoted the standby and it took writes; \"first delivery\" from the kill to the first delivery of a send first tried after it. Refused sends failed while no primary took writes (until two seconds after the promotion); their senders tried again with the same id.\n\n")
+	b.WriteString("The relays on a pg_auto_failover formation of the tester's own (a monitor, a primary and a standby, `internal/hapg`), whose primary's machine was lost mid-run: its keeper and its Postgres killed with SIGKILL at \"killed at\", after the first send. \"Promoted\" runs from the kill until the monitor had promoted the standby and it took writes; \"first delivery\" from the kill to the first delivery of a send first tried after it. Refused sends failed while no primary took writes (until two seconds after the promotion): 503s and sends without an answer, which their senders tried again with the same id, and 429s (the relay's sends in flight at their limit while store calls waited), which the tester does not try again.\n\n")
 	table(b, []string{"Run", "Relays", "Held polls", "Send rate", "Replication", "Killed at", "Promoted", "First delivery",
 		"Sends refused", "Accepted", "Delivered", "Lost", "Dup", "Reordered"}, "lrrrlrrrlrrrrr", rows)
 }

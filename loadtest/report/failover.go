@@ -21,8 +21,9 @@ type Failover struct {
 	FirstDeliveryMS float64 `json:"first_delivery_ms"`
 	// SendsRefused are send attempts that failed while no primary took
 	// writes (from the kill until two seconds after the promotion), by
-	// kind: 503s and requests without an answer. Their senders tried
-	// again with the same id.
+	// kind: 503s and requests without an answer, which their senders
+	// tried again with the same id, and 429s (sends in flight at the
+	// relay's limit while store calls waited), which they did not.
 	SendsRefused map[string]int `json:"sends_refused"`
 	// Primary and Promoted name the killed node and the promoted one.
 	Primary  string `json:"primary"`
