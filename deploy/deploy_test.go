@@ -37,6 +37,7 @@ const (
 	drainMargin = 5 * time.Second // after the grace the relay still closes its store
 	waitMargin  = 10 * time.Second
 	one, fleet  = "compose.yaml", "compose.replicas.yaml"
+	ha          = "compose.ha.yaml" // the fleet on a highly available Postgres
 	unit, hap   = "deploy/relay.service", "deploy/haproxy.cfg"
 	kube        = "deploy/kubernetes" // kind -> manifest
 )
@@ -56,7 +57,7 @@ func load(tb testing.TB) tree {
 	}
 	t, kinds := tree{}, map[string]any{}
 	manifests, _ := filepath.Glob("../" + kube + "/*.yaml")
-	for _, f := range append([]string{one, fleet}, manifests...) {
+	for _, f := range append([]string{one, fleet, ha}, manifests...) {
 		dec := yaml.NewDecoder(strings.NewReader(read(strings.TrimPrefix(f, "../"))))
 		for {
 			var doc map[string]any
@@ -226,7 +227,7 @@ func (t tree) relays(p *problems) map[string]config.Config {
 	image := assign(strs(t.get("Dockerfile", "ENV")))
 	add("Dockerfile", image)
 	add(unit, assign(strs(t.get(unit, "Service.Environment"))))
-	for _, file := range []string{one, fleet} {
+	for _, file := range []string{one, fleet, ha} {
 		for _, name := range t.relayServices(file) {
 			env := maps.Clone(image)
 			for k, v := range orMap(t.get(file, "services."+name+".environment")) {
@@ -260,15 +261,35 @@ func (t tree) relays(p *problems) map[string]config.Config {
 	return out
 }
 
-// relayServices are the compose services built from the Dockerfile.
+// relayServices are the compose services built from the relay's
+// Dockerfile (compose.ha.yaml builds its Postgres from another).
 func (t tree) relayServices(file string) (out []string) {
 	for name, svc := range orMap(t.get(file, "services")) {
-		if dig(svc, "build") != nil {
+		if b := dig(svc, "build"); b != nil && path.Clean(str(dig(b, "context"))) == "." {
 			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// balanced checks a fleet's load balancer: timeouts above the longest
+// poll, every relay a server it waits for, haproxy.cfg mounted.
+func (t tree) balanced(fleet string, r map[string]config.Config, p *problems) {
+	for _, name := range t.relayServices(fleet) {
+		rl := r[fleet+" "+name]
+		for _, side := range []string{"client", "server"} {
+			d := duration(line(t.get(hap, "defaults.timeout"), side), 1e6)
+			p.when(d < rl.MaxWait+waitMargin, "%s: timeout %s %v, want above FN_MAX_WAIT_SECS (%v) plus %v", hap, side, d, rl.MaxWait, waitMargin)
+		}
+		if !slices.ContainsFunc(strs(t.get(hap, "backend relays.server")), func(s string) bool { return strings.Fields(s + " x")[1] == name+":"+port(rl) }) {
+			p.add("%s: no server %s:%s for the relay service %s", hap, name, port(rl), name)
+		}
+		p.when(str(t.get(fleet, "services.lb.depends_on."+name+".condition")) != "service_healthy", "%s lb: does not wait for %s to be healthy", fleet, name)
+	}
+	if !slices.ContainsFunc(strs(t.get(fleet, "services.lb.volumes")), func(v string) bool { return path.Clean(strings.Split(v, ":")[0]) == hap }) {
+		p.add("%s lb: does not mount %s", fleet, hap)
+	}
 }
 
 func port(cfg config.Config) string {
@@ -315,14 +336,16 @@ var checks = []func(t tree, r map[string]config.Config, p *problems){
 	func(t tree, r map[string]config.Config, p *problems) {
 		n := hardNofile(t.get(unit, "Service.LimitNOFILE"))
 		p.when(n < minNofile, "%s: LimitNOFILE %d, want at least %d", unit, n, minNofile)
-		for _, file := range []string{one, fleet} {
+		for _, file := range []string{one, fleet, ha} {
 			for _, svc := range t.relayServices(file) {
 				n := hardNofile(t.get(file, "services."+svc+".ulimits.nofile"))
 				p.when(n < minNofile, "%s %s: ulimits nofile %d, want at least %d", file, svc, n, minNofile)
 			}
 		}
-		n, m := hardNofile(t.get(fleet, "services.lb.ulimits.nofile")), number(line(t.get(hap, "global.maxconn"), ""))
-		p.when(n < 2*m, "%s lb: ulimits nofile %d below twice HAProxy's maxconn %d", fleet, n, m)
+		for _, file := range []string{fleet, ha} {
+			n, m := hardNofile(t.get(file, "services.lb.ulimits.nofile")), number(line(t.get(hap, "global.maxconn"), ""))
+			p.when(n < 2*m, "%s lb: ulimits nofile %d below twice HAProxy's maxconn %d", file, n, m)
+		}
 	},
 	// Health checks ask the relay's own port: /ready for traffic, /live for restarts.
 	func(t tree, r map[string]config.Config, p *problems) {
@@ -347,24 +370,13 @@ var checks = []func(t tree, r map[string]config.Config, p *problems){
 	},
 	// The load balancer: timeouts above the longest poll, every relay a server.
 	func(t tree, r map[string]config.Config, p *problems) {
-		for _, name := range t.relayServices(fleet) {
-			rl := r[fleet+" "+name]
-			for _, side := range []string{"client", "server"} {
-				d := duration(line(t.get(hap, "defaults.timeout"), side), 1e6)
-				p.when(d < rl.MaxWait+waitMargin, "%s: timeout %s %v, want above FN_MAX_WAIT_SECS (%v) plus %v", hap, side, d, rl.MaxWait, waitMargin)
-			}
-			if !slices.ContainsFunc(strs(t.get(hap, "backend relays.server")), func(s string) bool { return strings.Fields(s + " x")[1] == name+":"+port(rl) }) {
-				p.add("%s: no server %s:%s for the relay service %s", hap, name, port(rl), name)
-			}
-			p.when(str(t.get(fleet, "services.lb.depends_on."+name+".condition")) != "service_healthy", "%s lb: does not wait for %s to be healthy", fleet, name)
+		for _, fleet := range []string{fleet, ha} {
+			t.balanced(fleet, r, p)
 		}
 		for _, sec := range []string{"defaults", "backend relays"} {
 			if slices.ContainsFunc(strs(t.get(hap, sec+".option")), func(o string) bool { return strings.HasSuffix(o, "close") }) {
 				p.add("%s: %s closes connections to the relays; keep-alive saves a handshake per poll", hap, sec)
 			}
-		}
-		if !slices.ContainsFunc(strs(t.get(fleet, "services.lb.volumes")), func(v string) bool { return path.Clean(strings.Split(v, ":")[0]) == hap }) {
-			p.add("%s lb: does not mount %s", fleet, hap)
 		}
 	},
 	// Replica counts agree with FN_RELAY_REPLICAS; containers share Postgres.
@@ -401,7 +413,7 @@ var checks = []func(t tree, r map[string]config.Config, p *problems){
 			got := str(t.get(kube, path))
 			p.when(got != want, "%s: %s is %s, want %s", kube, path, got, want)
 		}
-		for _, file := range []string{one, fleet} {
+		for _, file := range []string{one, fleet, ha} {
 			for name, svc := range orMap(t.get(file, "services")) {
 				for _, pub := range strs(dig(svc, "ports")) {
 					p.when(!strings.HasPrefix(pub, "127.0.0.1:"), "%s %s: port %s is published beyond loopback", file, name, pub)
