@@ -38,6 +38,9 @@ const (
 	answerSlack  = 2 * time.Second
 )
 
+// resumeBound is how soon after the fault deliveries must resume.
+const resumeBound = 15 * time.Second
+
 var servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
 
 // startRelay runs the relay binary on the database URL and returns its
@@ -117,17 +120,27 @@ type got struct {
 	at  time.Time
 }
 
-// TestPrimaryLost: the relay on a synchronous two-node formation, twenty
-// devices polling and acknowledging explicitly, twenty sends a second;
-// the primary's machine is lost mid-run (keeper and Postgres SIGKILLed)
-// and the monitor promotes the standby. Every send answered 202 is
-// delivered exactly once, in seq order; no seq is given twice to one
-// device; sends while no primary takes writes are answered 503 (never
-// 500, never later than the store's deadline); deliveries resume within
-// 15 s of the kill.
-func TestPrimaryLost(t *testing.T) {
-	f := hapg.Start(t, hapg.Sync)
-	base, key := startRelay(t, f.URL())
+// load is twenty devices polling and acknowledging explicitly and a
+// sender sending to them in turn, on one relay, for a failover test.
+type load struct {
+	t      *testing.T
+	ctx    context.Context
+	sender *client.Client
+
+	mu       sync.Mutex
+	sends    []*sent
+	received [][]got
+	pollErrs []string
+
+	stopPolls      context.CancelFunc
+	pollers, inflight sync.WaitGroup
+}
+
+const devices, rate = 20, 20
+
+// startLoad registers the devices and starts their polls.
+func startLoad(t *testing.T, base string, key ed25519.PrivateKey) *load {
+	t.Helper()
 	mint := func(dev string) string {
 		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
 		if err != nil {
@@ -143,40 +156,29 @@ func TestPrimaryLost(t *testing.T) {
 		}
 		return c
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-
-	const devices, rate = 20, 20
+	l := &load{t: t, ctx: t.Context(), sender: newClient("sender"), received: make([][]got, devices)}
 	recipients := make([]*client.Client, devices)
 	for i := range recipients {
 		recipients[i] = newClient(fmt.Sprint("d", i))
-		if _, err := recipients[i].Register(ctx); err != nil {
+		if _, err := recipients[i].Register(l.ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sender := newClient("sender")
-
-	var (
-		mu       sync.Mutex
-		sends    []*sent
-		received = make([][]got, devices)
-		pollErrs []string
-	)
 	// Recipients: hold a poll without a cursor, acknowledge what came
 	// (POST /v1/ack), again; a 503 is waited out as its Retry-After asks.
-	polls, stopPolls := context.WithCancel(ctx)
-	var pollers sync.WaitGroup
+	polls, stop := context.WithCancel(l.ctx)
+	l.stopPolls = stop
 	for d, c := range recipients {
-		pollers.Go(func() {
+		l.pollers.Go(func() {
 			for polls.Err() == nil {
 				resp, err := c.Poll(polls, client.PollQuery{OmitCursor: true, Wait: 2})
 				now := time.Now()
 				if err == nil && len(resp.Envelopes) > 0 {
-					mu.Lock()
+					l.mu.Lock()
 					for _, e := range resp.Envelopes {
-						received[d] = append(received[d], got{id: e.ID, seq: e.Seq, at: now})
+						l.received[d] = append(l.received[d], got{id: e.ID, seq: e.Seq, at: now})
 					}
-					mu.Unlock()
+					l.mu.Unlock()
 					err = c.Ack(polls, resp.Cursor)
 				}
 				if err == nil || polls.Err() != nil {
@@ -187,67 +189,120 @@ func TestPrimaryLost(t *testing.T) {
 					sleep(polls, max(se.RetryAfter, 100*time.Millisecond))
 					continue
 				}
-				mu.Lock()
-				pollErrs = append(pollErrs, fmt.Sprintf("d%d: %v", d, err))
-				mu.Unlock()
+				l.mu.Lock()
+				l.pollErrs = append(l.pollErrs, fmt.Sprintf("d%d: %v", d, err))
+				l.mu.Unlock()
 				sleep(polls, 200*time.Millisecond)
 			}
 		})
 	}
-	defer func() {
-		stopPolls()
-		pollers.Wait()
-	}()
+	t.Cleanup(func() {
+		stop()
+		l.pollers.Wait()
+		l.inflight.Wait()
+	})
+	return l
+}
 
-	// Sends: rate a second, each to one device in turn, each tried with
-	// its id until 202, as a careful client does.
-	var senders sync.WaitGroup
-	send := func(s *sent) {
-		for ctx.Err() == nil {
-			a := attempt{at: time.Now()}
-			resp, err := sender.SendOnce(ctx, s.id, []string{s.to}, []byte(s.id))
-			a.answered = time.Now()
-			var se *client.Error
-			switch {
-			case err == nil:
-				a.status = http.StatusAccepted
-			case errors.As(err, &se):
-				a.status, a.err = se.Status, err
-			default:
-				a.err = err
-			}
-			mu.Lock()
-			s.attempts = append(s.attempts, a)
-			if err == nil {
-				s.accepted = a.answered
-				for _, d := range resp.Deliveries {
-					if d.Device == s.to {
-						s.seq = d.Seq
-					}
+// send tries s with its id until 202, as a careful client does: again
+// after a 503's Retry-After, never after another answer.
+func (l *load) send(s *sent) {
+	for l.ctx.Err() == nil {
+		a := attempt{at: time.Now()}
+		resp, err := l.sender.SendOnce(l.ctx, s.id, []string{s.to}, []byte(s.id))
+		a.answered = time.Now()
+		var se *client.Error
+		switch {
+		case err == nil:
+			a.status = http.StatusAccepted
+		case errors.As(err, &se):
+			a.status, a.err = se.Status, err
+		default:
+			a.err = err
+		}
+		l.mu.Lock()
+		s.attempts = append(s.attempts, a)
+		if err == nil {
+			s.accepted = a.answered
+			for _, d := range resp.Deliveries {
+				if d.Device == s.to {
+					s.seq = d.Seq
 				}
 			}
-			mu.Unlock()
-			if err == nil || a.status != http.StatusServiceUnavailable {
-				return
-			}
-			sleep(ctx, max(se.RetryAfter, 100*time.Millisecond))
 		}
-	}
-	sendFor := func(d time.Duration) {
-		tick := time.NewTicker(time.Second / rate)
-		defer tick.Stop()
-		end := time.Now().Add(d)
-		for time.Now().Before(end) && ctx.Err() == nil {
-			<-tick.C
-			mu.Lock()
-			s := &sent{id: fmt.Sprint("m", len(sends)), to: fmt.Sprint("d", len(sends)%devices)}
-			sends = append(sends, s)
-			mu.Unlock()
-			senders.Go(func() { send(s) })
+		l.mu.Unlock()
+		if err == nil || a.status != http.StatusServiceUnavailable {
+			return
 		}
+		sleep(l.ctx, max(se.RetryAfter, 100*time.Millisecond))
 	}
+}
 
-	sendFor(4 * time.Second)
+// sendFor starts rate sends a second, each to one device in turn, for d.
+func (l *load) sendFor(d time.Duration) {
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) && l.ctx.Err() == nil {
+		<-tick.C
+		l.mu.Lock()
+		s := &sent{id: fmt.Sprint("m", len(l.sends)), to: fmt.Sprint("d", len(l.sends)%devices)}
+		l.sends = append(l.sends, s)
+		l.mu.Unlock()
+		l.inflight.Go(func() { l.send(s) })
+	}
+}
+
+// finish waits for the sends' answers, then for every accepted send to
+// arrive (at most 20 s), stops the polls and checks the run against the
+// fault at event (see check).
+func (l *load) finish(event time.Time) {
+	t := l.t
+	t.Helper()
+	l.inflight.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.mu.Lock()
+		n, want := 0, 0
+		for _, r := range l.received {
+			n += len(r)
+		}
+		for _, s := range l.sends {
+			if s.seq > 0 {
+				want++
+			}
+		}
+		l.mu.Unlock()
+		if n >= want || time.Now().After(deadline) {
+			break
+		}
+		sleep(l.ctx, 50*time.Millisecond) // bounded poll of the recipients' tallies
+	}
+	l.stopPolls()
+	l.pollers.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	check(t, l.sends, l.received, event)
+	for _, e := range l.pollErrs {
+		t.Errorf("poll or ack: %s", e)
+	}
+}
+
+// TestPrimaryLost: the relay on a synchronous two-node formation, twenty
+// devices polling and acknowledging explicitly, twenty sends a second;
+// the primary's machine is lost mid-run (keeper and Postgres SIGKILLed)
+// and the monitor promotes the standby. Every send answered 202 is
+// delivered exactly once, in seq order; no seq is given twice to one
+// device; sends while no primary takes writes are answered 503 (never
+// 500, never later than the store's deadline); deliveries resume within
+// 15 s of the kill.
+func TestPrimaryLost(t *testing.T) {
+	f := hapg.Start(t, hapg.Sync)
+	base, key := startRelay(t, f.URL())
+	l := startLoad(t, base, key)
+	ctx := t.Context()
+
+	l.sendFor(4 * time.Second)
 	old, err := f.KillPrimary(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -263,45 +318,69 @@ func TestPrimaryLost(t *testing.T) {
 		promoted <- err
 	}()
 	// Sends go on through the outage and for a while after it.
-	sendFor(20 * time.Second)
+	l.sendFor(20 * time.Second)
 	if err := <-promoted; err != nil {
 		t.Fatal(err)
 	}
-	senders.Wait()
-
-	// Drain: every accepted send arrives.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		mu.Lock()
-		n := 0
-		for _, r := range received {
-			n += len(r)
-		}
-		want := 0
-		for _, s := range sends {
-			if s.seq > 0 {
-				want++
-			}
-		}
-		mu.Unlock()
-		if n >= want || time.Now().After(deadline) {
-			break
-		}
-		sleep(ctx, 50*time.Millisecond) // bounded poll of the recipients' tallies
-	}
-	stopPolls()
-	pollers.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
-	check(t, sends, received, killed)
-	for _, e := range pollErrs {
-		t.Errorf("poll or ack: %s", e)
-	}
+	l.finish(killed)
 }
 
-// check holds the run to the test's claims.
-func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
+// TestNetworkSplit: the primary is cut off from the monitor, the standby
+// and the relay (a network split between them, the relay on the
+// standby's side). The monitor decides: it promotes the standby once the
+// primary has been unhealthy for primary_demote_timeout, and the relay
+// goes on there. The same claims as TestPrimaryLost hold, from the split.
+//
+// The old primary goes on running, cut off: pg_autoctl 2.0's keeper
+// fences a primary only when it has seen its standby while the monitor
+// was away (see docs/OPERATIONS.md, "High availability, plainly"). The
+// test logs whether it still takes writes.
+func TestNetworkSplit(t *testing.T) {
+	ctx := t.Context()
+	if err := hapg.Missing(); err != nil {
+		servicetest.Unavailable(t, "pg_autoctl and the pgautofailover extension", err)
+	}
+	f, err := hapg.Launch(ctx, hapg.Config{Mode: hapg.Sync, Partitionable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Errorf("hapg: close: %v", err)
+		}
+	})
+	base, key := startRelay(t, f.URL())
+	l := startLoad(t, base, key)
+
+	l.sendFor(4 * time.Second)
+	old, err := f.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Split(old); err != nil {
+		t.Fatal(err)
+	}
+	split := time.Now()
+	promoted := make(chan error, 1)
+	go func() {
+		p, err := f.WaitPrimary(ctx, old)
+		if err == nil {
+			t.Logf("%s promoted %v after the split", p.Name, time.Since(split).Round(time.Millisecond))
+			if f.WaitNotWritable(ctx, old, time.Second) != nil {
+				t.Logf("%s, cut off, still takes writes", old.Name)
+			}
+		}
+		promoted <- err
+	}()
+	l.sendFor(20 * time.Second)
+	if err := <-promoted; err != nil {
+		t.Fatal(err)
+	}
+	l.finish(split)
+}
+
+// check holds a run to the tests' claims; event is the fault.
+func check(t *testing.T, sends []*sent, received [][]got, event time.Time) {
 	t.Helper()
 	bySeq := map[string]map[int64]string{} // device -> seq -> id
 	accepted, refused, bad, slow := 0, 0, 0, 0
@@ -314,7 +393,7 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 				took503 = append(took503, a.answered.Sub(a.at))
 			case a.status != http.StatusAccepted:
 				bad++
-				t.Errorf("send %s at %s: %v, want 202 or 503", s.id, a.at.Sub(killed).Round(time.Millisecond), a.err)
+				t.Errorf("send %s at %s: %v, want 202 or 503", s.id, a.at.Sub(event).Round(time.Millisecond), a.err)
 			}
 			if took := a.answered.Sub(a.at); took > storeTimeout+answerSlack {
 				slow++
@@ -335,7 +414,7 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 		bySeq[s.to][s.seq] = s.id
 	}
 	if refused == 0 {
-		t.Errorf("no send was refused: the kill did not land mid-run")
+		t.Errorf("no send was refused: the fault did not land mid-run")
 	}
 
 	// Deliveries: each accepted send once, to its device, in seq order.
@@ -360,9 +439,9 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 			if s.seq != 0 && s.seq != g.seq {
 				t.Errorf("%s got %s as seq %d, its 202 said %d", dev, g.id, g.seq, s.seq)
 			}
-			// Resumed: a send first tried after the kill arrives.
-			if s.attempts[0].at.After(killed) && (resumed < 0 || g.at.Sub(killed) < resumed) {
-				resumed = g.at.Sub(killed)
+			// Resumed: a send first tried after the fault arrives.
+			if s.attempts[0].at.After(event) && (resumed < 0 || g.at.Sub(event) < resumed) {
+				resumed = g.at.Sub(event)
 			}
 		}
 		for _, s := range sends {
@@ -379,10 +458,10 @@ func check(t *testing.T, sends []*sent, received [][]got, killed time.Time) {
 		}
 	}
 	slices.Sort(took503)
-	t.Logf("%d sends, %d accepted, %d answers 503 (in %v at the median, %v at most), %d other failures, %d slow; deliveries resumed %v after the kill",
+	t.Logf("%d sends, %d accepted, %d answers 503 (in %v at the median, %v at most), %d other failures, %d slow; deliveries resumed %v after the fault",
 		len(sends), accepted, refused, pct(took503, 50), pct(took503, 100), bad, slow, resumed.Round(time.Millisecond))
-	if resumed < 0 || resumed > 15*time.Second {
-		t.Errorf("deliveries resumed %v after the kill, want within 15s", resumed.Round(time.Millisecond))
+	if resumed < 0 || resumed > resumeBound {
+		t.Errorf("deliveries resumed %v after the fault, want within %v", resumed.Round(time.Millisecond), resumeBound)
 	}
 }
 

@@ -94,6 +94,13 @@ type Node struct {
 	// ID is the monitor's node id (0 for the monitor).
 	ID  int
 	dir string // the node's own directory; its data is dir/pgdata
+	// listen is the address Postgres listens on: 127.0.0.1, or in a
+	// Partitionable formation an address of its own behind in.
+	listen string
+	// In a Partitionable formation: in carries what reaches the node at
+	// Addr (the monitor's health checks, the standby's replication),
+	// toMonitor the keeper's connections to the monitor.
+	in, toMonitor *link
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -101,8 +108,12 @@ type Node struct {
 	killed bool
 }
 
-// Addr is the node's host:port.
+// Addr is the node's host:port as the formation knows it (registered
+// with the monitor): behind its link in a Partitionable formation.
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port)) }
+
+// ListenAddr is where the node's Postgres listens, reached directly.
+func (n *Node) ListenAddr() string { return net.JoinHostPort(n.listen, strconv.Itoa(n.Port)) }
 
 func (n *Node) pgdata() string { return filepath.Join(n.dir, "pgdata") }
 
@@ -140,6 +151,11 @@ type Formation struct {
 // Config says how to start a formation.
 type Config struct {
 	Mode Mode
+	// Partitionable puts each data node behind links that Split cuts:
+	// its Postgres listens on an address of its own (127.0.0.11, .12),
+	// the formation reaches it through a link on 127.0.0.1, and its
+	// keeper reaches the monitor through another.
+	Partitionable bool
 	// Logger hears each step of the start; nil: nothing is logged.
 	Logger *slog.Logger
 }
@@ -266,9 +282,25 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 			return f, err
 		}
 	}
-	f.Monitor = &Node{Name: "monitor", Port: ports[0], dir: filepath.Join(dir, "monitor")}
+	f.Monitor = &Node{Name: "monitor", Port: ports[0], dir: filepath.Join(dir, "monitor"), listen: "127.0.0.1"}
 	for i := range 2 {
-		f.Nodes = append(f.Nodes, &Node{Name: fmt.Sprintf("node%d", i+1), Port: ports[i+1], dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1))})
+		n := &Node{Name: fmt.Sprintf("node%d", i+1), Port: ports[i+1], dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), listen: "127.0.0.1"}
+		f.Nodes = append(f.Nodes, n)
+		if !cfg.Partitionable {
+			continue
+		}
+		n.listen = fmt.Sprintf("127.0.0.%d", 11+i)
+		if n.in, err = newLink(n.Addr(), n.ListenAddr()); err != nil {
+			return f, fmt.Errorf("hapg: link to %s: %w", n.Name, err)
+		}
+		port, err := freePort(ports)
+		if err != nil {
+			return f, err
+		}
+		ports = append(ports, port)
+		if n.toMonitor, err = newLink(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), f.Monitor.Addr()); err != nil {
+			return f, fmt.Errorf("hapg: link from %s to the monitor: %w", n.Name, err)
+		}
 	}
 
 	// One initdb for the monitor and the primary, copied: initdb takes
@@ -307,8 +339,8 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 	for i, n := range f.Nodes {
 		step("hapg: creating node", "node", n.Name, "port", n.Port)
 		if err := f.autoctlRun(ctx, n, "create", "postgres", "--pgctl", pgctl, "--pgdata", n.pgdata(),
-			"--pgport", strconv.Itoa(n.Port), "--hostname", "127.0.0.1", "--listen", "127.0.0.1",
-			"--name", n.Name, "--monitor", f.MonitorURL(), "--auth", "trust", "--no-ssl",
+			"--pgport", strconv.Itoa(n.Port), "--hostname", "127.0.0.1", "--listen", n.listen,
+			"--name", n.Name, "--monitor", f.monitorURLOf(n), "--auth", "trust", "--no-ssl",
 			"--dbname", Database, "--replication-quorum", quorum); err != nil {
 			return f, err
 		}
@@ -463,23 +495,60 @@ func (f *Formation) MonitorURL() string {
 	return fmt.Sprintf("postgres://autoctl_node@%s/pg_auto_failover?sslmode=disable", f.Monitor.Addr())
 }
 
+// monitorURLOf is how n's keeper reaches the monitor: through its link
+// in a Partitionable formation.
+func (f *Formation) monitorURLOf(n *Node) string {
+	if n.toMonitor == nil {
+		return f.MonitorURL()
+	}
+	return fmt.Sprintf("postgres://autoctl_node@%s/pg_auto_failover?sslmode=disable", n.toMonitor.addr)
+}
+
 // adminURL is the superuser's URL of database db on node n.
 func (f *Formation) adminURL(n *Node, db string) string {
-	u := url.URL{Scheme: "postgres", User: url.User(f.user), Host: n.Addr(), Path: "/" + db, RawQuery: "sslmode=disable&connect_timeout=2"}
+	u := url.URL{Scheme: "postgres", User: url.User(f.user), Host: n.ListenAddr(), Path: "/" + db, RawQuery: "sslmode=disable&connect_timeout=2"}
 	return u.String()
 }
 
 // URL is the relay's database URL: both nodes, the writable one chosen at
-// each connection.
-func (f *Formation) URL() string {
+// each connection. In a Partitionable formation it reaches them as the
+// formation does, through their links: a split node is cut off from the
+// relays too.
+func (f *Formation) URL() string { return f.url((*Node).Addr) }
+
+// DirectURL is URL with each node reached where it listens, past any
+// split: the relays on both sides of it.
+func (f *Formation) DirectURL() string { return f.url((*Node).ListenAddr) }
+
+func (f *Formation) url(addr func(*Node) string) string {
 	u := url.URL{Scheme: "postgres", User: url.User(f.user), Path: "/" + Database,
 		RawQuery: "sslmode=disable&target_session_attrs=read-write"}
 	var hosts []string
 	for _, n := range f.Nodes {
-		hosts = append(hosts, n.Addr())
+		hosts = append(hosts, addr(n))
 	}
 	u.Host = strings.Join(hosts, ",")
 	return u.String()
+}
+
+// Split cuts n off from the monitor and the other node (a network split
+// between them): its links close every connection and refuse new ones.
+// Its Postgres and keeper go on running; Heal joins it again.
+func (f *Formation) Split(n *Node) error {
+	if n.in == nil {
+		return errNoLinks
+	}
+	n.in.cut()
+	n.toMonitor.cut()
+	return nil
+}
+
+// Heal ends a Split.
+func (f *Formation) Heal(n *Node) error {
+	if n.in == nil {
+		return errNoLinks
+	}
+	return errors.Join(n.in.restore(), n.toMonitor.restore())
 }
 
 // NodeURL is the relay database's URL on one node alone.
@@ -704,6 +773,21 @@ func (f *Formation) WaitPrimary(ctx context.Context, old *Node) (*Node, error) {
 	return got, err
 }
 
+// WaitNotWritable waits until n no longer takes writes: it refuses
+// connections or is read-only (demoted).
+func (f *Formation) WaitNotWritable(ctx context.Context, n *Node, limit time.Duration) error {
+	return poll(ctx, limit, n.Name+" to stop taking writes", func() error {
+		var ro bool
+		err := f.query(ctx, n, Database, func(c *pgx.Conn) error {
+			return c.QueryRow(ctx, "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'").Scan(&ro)
+		})
+		if err != nil || ro {
+			return nil
+		}
+		return fmt.Errorf("%s takes writes", n.Name)
+	})
+}
+
 // CutReplication stops (SIGSTOP) the primary's WAL sender, so that what the
 // primary commits from now on stays on the primary: killed then, its last
 // commits are lost at promotion. Only in Async: in Sync every commit would
@@ -750,6 +834,13 @@ func (f *Formation) CutReplication(ctx context.Context) (resume func() error, er
 // Close kills every process of the formation and removes its directory.
 // It is safe to call more than once.
 func (f *Formation) Close() error {
+	for _, n := range f.Nodes {
+		for _, l := range []*link{n.in, n.toMonitor} {
+			if l != nil {
+				l.close()
+			}
+		}
+	}
 	var roots []int
 	for _, n := range append([]*Node{f.Monitor}, f.Nodes...) {
 		if n != nil {
