@@ -132,7 +132,7 @@ type load struct {
 	received [][]got
 	pollErrs []string
 
-	stopPolls      context.CancelFunc
+	stopPolls         context.CancelFunc
 	pollers, inflight sync.WaitGroup
 }
 
