@@ -179,7 +179,7 @@ func startLoad(t *testing.T, base string, key ed25519.PrivateKey) *load {
 						l.received[d] = append(l.received[d], got{id: e.ID, seq: e.Seq, at: now})
 					}
 					l.mu.Unlock()
-					err = c.Ack(polls, resp.Cursor)
+					err = c.Ack(polls, client.Position{Cursor: resp.Cursor, Epoch: resp.Epoch})
 				}
 				if err == nil || polls.Err() != nil {
 					continue
