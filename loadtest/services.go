@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // service is a server process a fault campaign owns: Postgres or Redis,
@@ -200,7 +202,7 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	state, _, ok := procStat(string(b))
+	state, _, ok := procstat.Parse(string(b))
 	return ok && state != "Z" && state != "X"
 }
 
@@ -220,26 +222,11 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if _, parent, ok := procStat(string(b)); ok && parent == pid {
+		if _, parent, ok := procstat.Parse(string(b)); ok && parent == pid {
 			out = append(out, child)
 		}
 	}
 	return out
-}
-
-// procStat reads the state and parent from a /proc/<pid>/stat line:
-// "pid (comm) state ppid ...", where comm may hold anything.
-func procStat(stat string) (state string, ppid int, ok bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", 0, false
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return f[0], ppid, err == nil
 }
 
 // services are a campaign's own Postgres and Redis.

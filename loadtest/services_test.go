@@ -14,24 +14,6 @@ import (
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
-func TestProcStat(t *testing.T) {
-	for _, tc := range []struct {
-		stat  string
-		state string
-		ppid  int
-		ok    bool
-	}{
-		{"123 (postgres) S 1 120 120 0 -1", "S", 1, true},
-		{"124 (a) b) Z 123 120 120 0", "Z", 123, true},
-		{"125 (x)", "", 0, false},
-	} {
-		state, ppid, ok := procStat(tc.stat)
-		if state != tc.state || ppid != tc.ppid || ok != tc.ok {
-			t.Errorf("procStat(%q) = %q %d %v, want %q %d %v", tc.stat, state, ppid, ok, tc.state, tc.ppid, tc.ok)
-		}
-	}
-}
-
 // needServices skips without what a campaign starts, or fails under
 // FN_TEST_REQUIRE_SERVICES=1.
 func needServices(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // A node's processes cannot be named by a process group or a session:
@@ -43,7 +45,7 @@ func procs() []proc {
 		if err != nil {
 			continue
 		}
-		state, ppid, ok := procStat(string(b))
+		state, ppid, ok := procstat.Parse(string(b))
 		if !ok {
 			continue
 		}
@@ -51,21 +53,6 @@ func procs() []proc {
 		out = append(out, proc{pid: pid, ppid: ppid, state: state, cwd: cwd})
 	}
 	return out
-}
-
-// procStat reads the state and parent from a /proc/<pid>/stat line:
-// "pid (comm) state ppid ...", where comm may hold anything.
-func procStat(stat string) (state string, ppid int, ok bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return "", 0, false
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 2 {
-		return "", 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return f[0], ppid, err == nil
 }
 
 // startTime is /proc/PID/stat's 22nd field, when the process started,
@@ -185,7 +172,7 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	state, _, ok := procStat(string(b))
+	state, _, ok := procstat.Parse(string(b))
 	return ok && state != "Z" && state != "X"
 }
 
