@@ -52,6 +52,7 @@ type config struct {
 	ackMode      string        // "cursor" or "explicit"
 	hostile      int           // hostile connections beside the load
 	slowReaders  int           // with hostile: connections of one token that never read
+	hostileKinds string        // with hostile: "all" kinds, or "pairing" only
 	relayMemory  int64         // bytes; 0: no cap
 	relayEnv     []string
 	// relay is the configuration the throwaway relays run with, read by
@@ -104,6 +105,7 @@ var envFor = map[string]string{
 	"ack":           "LOAD_ACK",
 	"hostile":       "LOAD_HOSTILE",
 	"slow-readers":  "LOAD_SLOW_READERS",
+	"hostile-kinds": "LOAD_HOSTILE_KINDS",
 	"relay-memory":  "LOAD_RELAY_MEMORY",
 	"relay-env":     "LOAD_RELAY_ENV",
 	"source-addrs":  "LOAD_SOURCE_ADDRS",
@@ -174,6 +176,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
+	fs.StringVar(&c.hostileKinds, "hostile-kinds", "all", "with -hostile, the kinds of request: all, or pairing (only those against the pairing endpoints, which take no token)")
 	fs.IntVar(&c.slowReaders, "slow-readers", 600, "with -hostile, connections of one device token that poll with about 2 MiB waiting and never read, in rounds over the offered duration (0: none)")
 	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
 	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
@@ -274,6 +277,9 @@ func (c *config) validate() error {
 	}
 	if c.slowReaders < 0 {
 		errs = append(errs, errors.New("-slow-readers must be 0 or more"))
+	}
+	if _, ok := hostileKindSets[c.hostileKinds]; !ok {
+		errs = append(errs, fmt.Errorf("-hostile-kinds %q: want all or pairing", c.hostileKinds))
 	}
 	if c.sourceAddrs < 0 || c.sourceAddrs > 254 {
 		errs = append(errs, errors.New("-source-addrs must be 0 to 254"))

@@ -69,6 +69,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"env the stack owns", []string{"-relay-env", "FN_DATABASE_URL=sqlite:x"}, "sets FN_DATABASE_URL itself"},
 		{"env not a pair", []string{"-relay-env", "FN_X"}, "want KEY=VALUE"},
 		{"hostile", []string{"-hostile", "-1"}, "-hostile"},
+		{"hostile kinds", []string{"-hostile", "1", "-hostile-kinds", "tokens"}, "want all or pairing"},
 		{"ok", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

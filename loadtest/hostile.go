@@ -32,8 +32,8 @@ import (
 )
 
 // hostile floods the relays beside the ordinary load: -hostile N
-// connections, each with a household of its own, loop over hostileKinds
-// for the offered duration (and until every kind has been sent once). What
+// connections, each with a household of its own, loop over the kinds
+// -hostile-kinds names (hostileKindSets) for the offered duration (and until every kind has been sent once). What
 // fails the run: a 5xx other than 503, a hostile request accepted, or a
 // connection the relay does not close within closeLimit.
 type hostile struct {
@@ -43,6 +43,7 @@ type hostile struct {
 	forger  ed25519.PrivateKey // a key no relay trusts
 	tag     string
 	n       int
+	kinds   []hostileKind
 	// closeLimit is how long the relay has to close a connection whose
 	// request never finishes: its body timeout, plus slack for load.
 	closeLimit time.Duration
@@ -71,6 +72,7 @@ func newHostile(r *runner, cfg *config) *hostile {
 		key:            r.key,
 		tag:            r.tag,
 		n:              cfg.hostile,
+		kinds:          hostileKindSets[cfg.hostileKinds],
 		closeLimit:     cfg.relay.BodyTimeout + hostileSlack,
 		householdRate:  cfg.relay.HouseholdSendRate,
 		householdBurst: float64(cfg.relay.HouseholdSendBurst),
@@ -224,6 +226,13 @@ var hostileKinds = func() []hostileKind {
 	return ks
 }()
 
+// hostileKindSets are -hostile-kinds' choices: every kind, or only those
+// against the pairing endpoints, to see what they alone cost the load.
+var hostileKindSets = map[string][]hostileKind{
+	"all":     hostileKinds,
+	"pairing": pairingKinds,
+}
+
 // malformedTokens spoil a valid token in ways a parser must survive.
 var malformedTokens = []func(valid string) string{
 	func(string) string { return "not-a-token" },
@@ -296,7 +305,7 @@ func (h *hostile) worker(ctx context.Context, i int, end time.Time) {
 	// would: sends to it pass validation and reach the limits.
 	w.quick(ctx, "register (own household)", rawRequest(http.MethodPost, "/v1/register", w.jsonHeaders(), []byte("{}")), false)
 
-	order := make([]int, len(hostileKinds))
+	order := make([]int, len(h.kinds))
 	for k := range order {
 		// Each connection starts at another kind, so that every kind is
 		// under way early in the run.
@@ -310,7 +319,7 @@ func (h *hostile) worker(ctx context.Context, i int, end time.Time) {
 			if ctx.Err() != nil || (time.Now().After(end) && h.allTried()) {
 				return
 			}
-			kind := hostileKinds[k]
+			kind := h.kinds[k]
 			kind.run(ctx, w, kind.name)
 			h.mu.Lock()
 			h.tried[kind.name] = true
@@ -322,7 +331,7 @@ func (h *hostile) worker(ctx context.Context, i int, end time.Time) {
 func (h *hostile) allTried() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.tried) == len(hostileKinds)
+	return len(h.tried) == len(h.kinds)
 }
 
 func (w *hworker) next() int { return int(w.n.Add(1)) }

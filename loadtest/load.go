@@ -72,6 +72,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			AckMode:          cfg.ackMode,
 			Hostile:          cfg.hostile,
 			SlowReaders:      slowReadersOf(cfg),
+			HostileKinds:     hostileKindsOf(cfg),
 			RelayMemoryBytes: cfg.relayMemory,
 			RelayEnv:         cfg.relayEnv,
 		},
@@ -288,6 +289,15 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 		return errChecksFailed
 	}
 	return nil
+}
+
+// hostileKindsOf is the report's word for the kinds: none unless some
+// were left out.
+func hostileKindsOf(cfg *config) string {
+	if cfg.hostile == 0 || cfg.hostileKinds == "all" {
+		return ""
+	}
+	return cfg.hostileKinds
 }
 
 // slowReadersOf is how many slow readers a round opens: none without

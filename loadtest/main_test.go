@@ -497,6 +497,38 @@ func TestCrashRunExplicitAcks(t *testing.T) {
 	}
 }
 
+// TestHostilePairingRun: -hostile-kinds pairing sends only the kinds
+// against the pairing endpoints (besides each household's register), and
+// the report says so.
+func TestHostilePairingRun(t *testing.T) {
+	bin := needRelay(t)
+	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-hostile", "2", "-hostile-kinds", "pairing", "-slow-readers", "0",
+		"-relay-env", "FN_BODY_TIMEOUT=1s"}, shortRun...)...)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	wantClean(t, rep)
+	h := rep.Hostile
+	if h == nil {
+		t.Fatal("no hostile figures")
+	}
+	if rep.Config.HostileKinds != "pairing" || h.SlowReaders != 0 {
+		t.Errorf("config kinds %q, slow readers %d", rep.Config.HostileKinds, h.SlowReaders)
+	}
+	pairing := map[string]bool{"register (own household)": true}
+	for _, k := range pairingKinds {
+		pairing[k.name] = true
+		if report.Total(h.Outcomes[k.name]) == 0 {
+			t.Errorf("kind %q never counted", k.name)
+		}
+	}
+	for kind := range h.Outcomes {
+		if !pairing[kind] {
+			t.Errorf("kind %q sent, not a pairing kind", kind)
+		}
+	}
+}
+
 // TestHostileRun floods the relay from four connections beside the load,
 // and twenty slow readers, under a memory cap, with short body, household
 // and answer limits (and envelopes of 1 MiB, so that the slow readers' 2

@@ -41,7 +41,10 @@ fi
 # data and port) with recipients that acknowledge with POST /v1/ack. The
 # hostile run floods one relay from 200 connections beside the load, and
 # from 600 slow readers of one token (-slow-readers' default), under a
-# 256 MiB memory cap. The 20,000-pair replica run holds 10,000 polls on
+# 256 MiB memory cap. The pairing run sends only the hostile kinds against
+# the endpoints that take no token (guessed codes and renewal secrets,
+# floods, oversized and stalled bodies), without slow readers or a cap, to
+# set their cost beside the clean run of the same size. The 20,000-pair replica run holds 10,000 polls on
 # each of two relays, every send crossing relays. The failover run puts the
 # relay on a pg_auto_failover formation (synchronous replication) and kills
 # its primary 20 s in; it needs pg_autoctl.
@@ -53,6 +56,7 @@ scenarios=(
 	"sqlite-herd-5000x500|-store sqlite -pairs 5000 -rate 500 -herd"
 	"sqlite-crash-1000x100|-store sqlite -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"hostile-1000x100|-store sqlite -pairs 1000 -rate 100 -hostile 200 -relay-memory 256MiB"
+	"hostile-pairing-1000x100|-store sqlite -pairs 1000 -rate 100 -hostile 200 -hostile-kinds pairing -slow-readers 0"
 	"pg-200x50|-store postgres -pairs 200 -rate 50"
 	"pg-500x100|-store postgres -pairs 500 -rate 100"
 	"pg-1000x100|-store postgres -pairs 1000 -rate 100"

@@ -305,9 +305,12 @@ type Config struct {
 	CrashReplica string `json:"crash_replica,omitempty"`
 	// CrashDownSeconds is how long a killed relay stayed down before its
 	// restart began.
-	CrashDownSeconds float64  `json:"crash_down_seconds,omitempty"`
-	Hostile          int      `json:"hostile,omitempty"`
-	SlowReaders      int      `json:"slow_readers,omitempty"`
+	CrashDownSeconds float64 `json:"crash_down_seconds,omitempty"`
+	Hostile          int     `json:"hostile,omitempty"`
+	SlowReaders      int     `json:"slow_readers,omitempty"`
+	// HostileKinds is the kinds the hostile connections sent, when not
+	// all of them ("pairing": only those against the pairing endpoints).
+	HostileKinds     string   `json:"hostile_kinds,omitempty"`
 	RelayMemoryBytes int64    `json:"relay_memory_bytes,omitempty"`
 	RelayEnv         []string `json:"relay_env,omitempty"`
 	// SourceAddresses is how many loopback source addresses the pairs'
