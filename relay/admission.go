@@ -23,11 +23,20 @@ const (
 // household's own token bucket and the relay's. The household's bucket
 // comes first, so one household's burst spends its own tokens, not the
 // ones every household shares.
-func (s *Server) admit(household string) (release func(), err error) {
+//
+// Sends fill the in-flight limit on their own when the store stops
+// answering (each waits up to the store's deadline): a failover, an
+// outage. Then the refusal is the store's 503, not the client's 429,
+// which would tell it that it sends too much.
+func (s *Server) admit(ctx context.Context, household string) (release func(), err error) {
 	select {
 	case s.limits.inflight <- struct{}{}:
 	default:
 		s.metrics.refusals.WithLabelValues(refusedInflight).Inc()
+		if err := s.readiness.Store(ctx); err != nil {
+			return nil, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+				Message: "The store is not answering; try again.", Cause: err}
+		}
 		return nil, rateLimited(limitSendInflight, "Too many sends in flight; try again.")
 	}
 	if !s.limits.households.Allow(household, s.now()) {

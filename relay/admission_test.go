@@ -143,6 +143,53 @@ func TestAdmission(t *testing.T) {
 	}
 }
 
+// downStore is a gatedStore whose probe fails: the store stopped
+// answering while sends wait in it.
+type downStore struct{ gatedStore }
+
+func (downStore) Ping(context.Context) error {
+	return fmt.Errorf("probe: %w", store.ErrUnavailable)
+}
+
+// TestInflightWhileStoreDown: when sends fill the in-flight limit because
+// the store stopped answering, the sends past it are refused with 503 and
+// Retry-After, not 429: the client did not send too much. With the store
+// answering its probe (TestAdmission) they are 429 send_inflight.
+func TestInflightWhileStoreDown(t *testing.T) {
+	const inflight = 2
+	base := newHarness(t, nil)
+	ds := downStore{gatedStore{Store: base.db, entered: make(chan struct{}, 100), gate: make(chan struct{})}}
+	h := newHarnessWith(t, Deps{Store: ds, Hub: base.hub}, func(c *Config) { c.SendInflight = inflight })
+	phone := h.register("home", "phone")
+	for i := range inflight {
+		h.register("home", fmt.Sprint("d", i))
+	}
+	var wg sync.WaitGroup
+	for i := range inflight {
+		wg.Go(func() {
+			r, err := h.do(context.Background(), "POST", "/v1/send", phone, map[string]any{"id": fmt.Sprint("held", i), "to": []string{fmt.Sprint("d", i)}, "payload": []byte("x")})
+			if err != nil || r.status != http.StatusAccepted {
+				t.Errorf("held send: %v %+v", err, r)
+			}
+		})
+	}
+	for range inflight {
+		<-ds.entered
+	}
+	r, err := h.do(context.Background(), "POST", "/v1/send", phone, map[string]any{"id": "over", "to": []string{"phone"}, "payload": []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != http.StatusServiceUnavailable || r.errCode(t) != codeUnavailable {
+		t.Errorf("send past the limit with the store down: %d %s, want 503 %s", r.status, r.body, codeUnavailable)
+	}
+	if n, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || n < 1 {
+		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	close(ds.gate)
+	wg.Wait()
+}
+
 // TestGates: a send takes its recipients' gates at once when they are
 // free, waits for one another send holds, gets it when that send leaves,
 // and is refused with errBusy when the wait runs out, holding none of the

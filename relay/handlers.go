@@ -317,7 +317,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 	if err != nil {
 		return err
 	}
-	release, err := s.admit(c.Household)
+	release, err := s.admit(r.Context(), c.Household)
 	if err != nil {
 		return err
 	}
