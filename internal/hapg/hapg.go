@@ -789,14 +789,12 @@ func (f *Formation) WaitNotWritable(ctx context.Context, n *Node, limit time.Dur
 }
 
 // CutReplication stops (SIGSTOP) the primary's WAL sender, so that what the
-// primary commits from now on stays on the primary: killed then, its last
-// commits are lost at promotion. Only in Async: in Sync every commit would
-// wait for the standby. The sender is killed with its primary; Resume
-// continues it otherwise.
+// primary commits from now on stays on the primary. In Async, killed then,
+// the primary's last commits are lost at promotion. In Sync every commit
+// waits for the standby meanwhile, as on a primary cut off from it (the
+// connection stays open, so nothing tells the monitor). The sender is
+// killed with its primary; resume continues it otherwise.
 func (f *Formation) CutReplication(ctx context.Context) (resume func() error, err error) {
-	if f.Mode != Async {
-		return nil, errors.New("hapg: CutReplication needs an async formation")
-	}
 	p, err := f.Primary(ctx)
 	if err != nil {
 		return nil, err

@@ -166,7 +166,7 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 	if err := tx.Commit(ctx); err != nil {
 		return classify("delete device: commit", err)
 	}
-	return nil
+	return confirmed(ctx, "delete device")
 }
 
 // RemovedAt reports the device's last removal, or the zero time.

@@ -35,7 +35,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`, p.Code[:], p.Household, p.Device, p.Scope, mic
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return classify("create invitation", err)
 	}
-	return nil
+	return confirmed(ctx, "create invitation")
 }
 
 // Invitations lists the household's pending and recently redeemed
@@ -96,7 +96,7 @@ func (db *DB) Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 	if err := tx.Commit(ctx); err != nil {
 		return store.Grant{}, classify("pair: commit", err)
 	}
-	return g, nil
+	return g, confirmed(ctx, "pair")
 }
 
 func pair(ctx context.Context, tx pgx.Tx, p store.PairParams) (store.Grant, error) {
@@ -176,6 +176,9 @@ func (db *DB) Renew(ctx context.Context, p store.RenewParams) (store.Grant, erro
 	// Committed even when refused: reuse revokes before it refuses.
 	if err := tx.Commit(ctx); err != nil {
 		return store.Grant{}, classify("renew: commit", err)
+	}
+	if err := confirmed(ctx, "renew"); err != nil {
+		return store.Grant{}, err
 	}
 	if refusal != nil {
 		return store.Grant{}, refusal

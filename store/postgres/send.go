@@ -22,6 +22,12 @@ const sqlSend = `
 SELECT to_device, to_seq, to_push_kind, to_push_address, to_pending, to_repeat, to_removed_at
 FROM relay_send($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
+// sqlTouchSend rewrites a send's record as it is. A repeat writes nothing
+// otherwise, and a commit that wrote nothing waits for no standby.
+const sqlTouchSend = `
+UPDATE sends SET created_at = created_at
+WHERE household = $1 AND sender = $2 AND send_id = $3`
+
 // SQLSTATEs relay_send raises for a refused send (migration 0002).
 const (
 	codeUnknownDevice = "RL001"
@@ -70,7 +76,43 @@ func (db *DB) Send(ctx context.Context, p store.SendParams) (store.SendResult, e
 	if err != nil {
 		return store.SendResult{}, sendError(p, err)
 	}
+	if err := db.durable(ctx, p, res.Repeat); err != nil {
+		return store.SendResult{}, err
+	}
 	return res, nil
+}
+
+// durable makes sure that a send's success means what its 202 promises:
+// that the send survives the loss of this server, when it replicates
+// synchronously. Besides confirmed's case, a repeat finds the record of a
+// first attempt that may have been committed without a standby's word,
+// and writes nothing, so its commit waits for nothing. Rewriting the
+// record makes it wait, and this commit comes after the first in the WAL,
+// so a standby that has this one has both.
+//
+// A primary cut off from its standby (a network split, a standby stopped)
+// so answers 503 to every send, first or repeat, instead of 202 for sends
+// that the promoted standby will not have.
+func (db *DB) durable(ctx context.Context, p store.SendParams, repeat bool) error {
+	if repeat {
+		if _, err := db.pool.Exec(ctx, sqlTouchSend, p.Household, p.Sender, p.ID); err != nil {
+			return classify("send: touch the repeated record", err)
+		}
+	}
+	return confirmed(ctx, "send")
+}
+
+// confirmed is the last check of a write whose success the caller passes
+// on as lasting (a send, a removal, a pairing). A commit whose wait for a
+// synchronous standby is cancelled (here: ctx ended, and the driver sent
+// a cancel request) is kept by Postgres and answered as committed, with a
+// warning. So a call that ends after ctx did is unavailable, whatever it
+// answered: the standby may lack it. The client's retry finds out.
+func confirmed(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return classify(op+": the deadline passed before the commit was confirmed", err)
+	}
+	return nil
 }
 
 // sendError turns relay_send's refusals into the store's errors and
