@@ -47,7 +47,14 @@ var servingLine = regexp.MustCompile(`msg=serving addr=http://(\S+)`)
 // base URL and issuer key; it is stopped when the test ends.
 func startRelay(t *testing.T, dbURL string) (string, ed25519.PrivateKey) {
 	t.Helper()
-	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	return startRelayWithKey(t, dbURL, key)
+}
+
+// startRelayWithKey is startRelay trusting key's tokens.
+func startRelayWithKey(t *testing.T, dbURL string, key ed25519.PrivateKey) (string, ed25519.PrivateKey) {
+	t.Helper()
+	pub := key.Public().(ed25519.PublicKey)
 	cmd := exec.Command(relayBin)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),

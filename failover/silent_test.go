@@ -23,7 +23,9 @@ import (
 // the standby has not got it: a 202 would promise a send that the standby,
 // promoted, would not hold. Once replication resumes the retry is
 // answered 202 with the first attempt's seq, and the envelope is
-// delivered. A removal in the cut is refused with 503 in the same way.
+// delivered. A removal in the cut is refused with 503 in the same way,
+// and polls read nothing of what the standby lacks: a relay started in
+// the cut answers them 503.
 func TestStandbySilent(t *testing.T) {
 	f := hapg.Start(t, hapg.Sync)
 	base, key := startRelay(t, f.URL())
@@ -45,7 +47,12 @@ func TestStandbySilent(t *testing.T) {
 		took   time.Duration
 		body   []byte
 	}
+	var doAt func(base, method, path, tok string, body any) answer
 	do := func(method, path, tok string, body any) answer {
+		t.Helper()
+		return doAt(base, method, path, tok, body)
+	}
+	doAt = func(base, method, path, tok string, body any) answer {
 		t.Helper()
 		var rd io.Reader
 		if body != nil {
@@ -103,6 +110,20 @@ func TestStandbySilent(t *testing.T) {
 			t.Errorf("attempt %d answered after %v, past the store's deadline", try+1, a.took.Round(time.Millisecond))
 		}
 	}
+	// The first attempt is on the primary now, visible there, and the
+	// standby lacks it: no poll may hand it out. A relay started now has
+	// nothing in memory, so its poll reads the store.
+	base2, _ := startRelayWithKey(t, f.URL(), key)
+	for _, b := range []string{base, base2} {
+		a := doAt(b, "GET", "/v1/poll?cursor=0&wait=0", recipient, nil)
+		if bytes.Contains(a.body, []byte(`"cut"`)) {
+			t.Errorf("a poll handed out a send the standby does not have: %d %s", a.status, a.body)
+		}
+		if b == base2 && a.status != http.StatusServiceUnavailable {
+			t.Errorf("poll on a relay started meanwhile: %d %s, want 503", a.status, a.body)
+		}
+	}
+
 	// A removal is refused alike: answered 204, it could come back.
 	if a := do("DELETE", "/v1/devices/x", sender, nil); a.status != http.StatusServiceUnavailable {
 		t.Errorf("removal the standby does not have: %d %s, want 503", a.status, a.body)
@@ -128,7 +149,15 @@ func TestStandbySilent(t *testing.T) {
 			t.Fatalf("retry after replication resumed: %d %s", a.status, a.body)
 		}
 	}
-	a := do("GET", "/v1/poll?cursor=0&wait=0", recipient, nil)
+	// The new relay serves polls again once its next check has a
+	// standby's word: within a few of its one-second checks.
+	var a answer
+	for try := 0; ; try++ {
+		if a = doAt(base2, "GET", "/v1/poll?cursor=0&wait=0", recipient, nil); a.status != http.StatusServiceUnavailable || try == 10 {
+			break
+		}
+		sleep(ctx, time.Second)
+	}
 	var poll pollAnswer
 	if err := json.Unmarshal(a.body, &poll); a.status != http.StatusOK || err != nil {
 		t.Fatalf("poll: %d %s", a.status, a.body)

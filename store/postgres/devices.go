@@ -86,6 +86,9 @@ func (db *DB) Register(ctx context.Context, p store.RegisterParams) (store.Devic
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return store.Device{}, classify("register", err)
 	}
+	if err := db.confirmed(ctx, "register"); err != nil {
+		return store.Device{}, err
+	}
 	if !found {
 		return store.Device{}, fmt.Errorf("postgres: register %q: %w", p.Device, store.ErrRemoved)
 	}
@@ -166,7 +169,7 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 	if err := tx.Commit(ctx); err != nil {
 		return classify("delete device: commit", err)
 	}
-	return confirmed(ctx, "delete device")
+	return db.confirmed(ctx, "delete device")
 }
 
 // RemovedAt reports the device's last removal, or the zero time.

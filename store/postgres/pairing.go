@@ -35,7 +35,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`, p.Code[:], p.Household, p.Device, p.Scope, mic
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return classify("create invitation", err)
 	}
-	return confirmed(ctx, "create invitation")
+	return db.confirmed(ctx, "create invitation")
 }
 
 // Invitations lists the household's pending and recently redeemed
@@ -96,7 +96,7 @@ func (db *DB) Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 	if err := tx.Commit(ctx); err != nil {
 		return store.Grant{}, classify("pair: commit", err)
 	}
-	return g, confirmed(ctx, "pair")
+	return g, db.confirmed(ctx, "pair")
 }
 
 func pair(ctx context.Context, tx pgx.Tx, p store.PairParams) (store.Grant, error) {
@@ -177,7 +177,7 @@ func (db *DB) Renew(ctx context.Context, p store.RenewParams) (store.Grant, erro
 	if err := tx.Commit(ctx); err != nil {
 		return store.Grant{}, classify("renew: commit", err)
 	}
-	if err := confirmed(ctx, "renew"); err != nil {
+	if err := db.confirmed(ctx, "renew"); err != nil {
 		return store.Grant{}, err
 	}
 	if refusal != nil {

@@ -46,6 +46,9 @@ ORDER BY seq`
 // Fetch reads ids and sizes above p.After, picks the prefix inside the
 // budget (always at least one row), then loads only those payloads.
 func (db *DB) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, error) {
+	if db.stalled.Load() {
+		return store.Batch{}, errStalled
+	}
 	var limit any // NULL: no limit
 	if p.Limit > 0 {
 		limit = int64(p.Limit) + 1
@@ -136,6 +139,9 @@ LEFT JOIN devices d ON d.household = $1 AND d.name = $2`
 
 // State reads where a device stands, in one query, writing nothing.
 func (db *DB) State(ctx context.Context, household, name string) (store.DeviceState, error) {
+	if db.stalled.Load() {
+		return store.DeviceState{}, errStalled
+	}
 	var (
 		cursor, head *int64
 		removedAt    *time.Time

@@ -84,6 +84,10 @@ type DB struct {
 	// systemID: this role may read the server's system identifier
 	// (History), until it is refused.
 	systemID atomic.Bool
+	// synchronous: the server commits synchronously, as History last
+	// read; stalled: its standby did not confirm History's last write,
+	// and reads are refused (timeline.go).
+	synchronous, stalled atomic.Bool
 }
 
 // Open connects, applies pending migrations under an advisory lock, and

@@ -99,20 +99,26 @@ func (db *DB) durable(ctx context.Context, p store.SendParams, repeat bool) erro
 			return classify("send: touch the repeated record", err)
 		}
 	}
-	return confirmed(ctx, "send")
+	return db.confirmed(ctx, "send")
 }
 
 // confirmed is the last check of a write whose success the caller passes
-// on as lasting (a send, a removal, a pairing). A commit whose wait for a
-// synchronous standby is cancelled (here: ctx ended, and the driver sent
-// a cancel request) is kept by Postgres and answered as committed, with a
-// warning. So a call that ends after ctx did is unavailable, whatever it
-// answered: the standby may lack it. The client's retry finds out.
-func confirmed(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return classify(op+": the deadline passed before the commit was confirmed", err)
+// on as lasting (a send, a registration, a removal, a pairing). A commit
+// whose wait for a synchronous standby is cancelled (here: ctx ended, and
+// the driver sent a cancel request) is kept by Postgres and answered as
+// committed, with a warning. So a call that ends after ctx did is
+// unavailable, whatever it answered: the standby may lack it. The client's
+// retry finds out. A deadline passed on a synchronous server also stalls
+// reads until History confirms again (timeline.go).
+func (db *DB) confirmed(ctx context.Context, op string) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, context.DeadlineExceeded) && db.synchronous.Load() {
+		db.stalled.Store(true)
+	}
+	return classify(op+": the deadline passed before the commit was confirmed", err)
 }
 
 // sendError turns relay_send's refusals into the store's errors and

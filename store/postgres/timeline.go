@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,11 +62,14 @@ func nextEpochRow(row *epochRow, timeline string, synchronous bool, newEpoch fun
 const sqlServer = `
 SELECT s.readonly,
        CASE WHEN s.readonly THEN '' ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END,
-       current_setting('synchronous_standby_names') <> ''
-         AND current_setting('synchronous_commit') IN ('on', 'remote_write', 'remote_apply'),
+       ` + sqlSynchronous + `,
        e.epoch, e.timeline, e.synchronous
 FROM (SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on' AS readonly) s
 LEFT JOIN store_epoch e ON e.id = 1`
+
+// sqlSynchronous is whether the server's commits wait for a standby.
+const sqlSynchronous = `(current_setting('synchronous_standby_names') <> ''
+         AND current_setting('synchronous_commit') IN ('on', 'remote_write', 'remote_apply'))`
 
 // sqlLockEpoch locks the row, in the check's transaction: concurrent
 // connections take turns, and each reads what the one before wrote.
@@ -152,13 +156,15 @@ const sqlHistory = `
 SELECT (SELECT epoch FROM store_epoch WHERE id = 1),
        CASE WHEN pg_is_in_recovery() THEN '' ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END,
        pg_postmaster_start_time()::text,
-       coalesce(inet_server_addr()::text, 'local') || ':' || coalesce(inet_server_port()::text, '')`
+       coalesce(inet_server_addr()::text, 'local') || ':' || coalesce(inet_server_port()::text, ''),
+       ` + sqlSynchronous
 
 const sqlSystemID = `SELECT system_identifier::text FROM pg_control_system()`
 
 // History checks the timeline on a pooled connection (which also records a
-// change of synchronous commit since the connection was made) and reads
-// the epoch and the instance.
+// change of synchronous commit since the connection was made), reads the
+// epoch and the instance and, when the server commits synchronously,
+// confirms that a standby takes its commits (confirm).
 func (db *DB) History(ctx context.Context) (store.History, error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -171,9 +177,13 @@ func (db *DB) History(ctx context.Context) (store.History, error) {
 	var (
 		epoch                   *string
 		timeline, started, addr string
+		synchronous             bool
 	)
-	if err := conn.QueryRow(ctx, sqlHistory).Scan(&epoch, &timeline, &started, &addr); err != nil {
+	if err := conn.QueryRow(ctx, sqlHistory).Scan(&epoch, &timeline, &started, &addr, &synchronous); err != nil {
 		return store.History{}, classify("history", err)
+	}
+	if err := db.confirm(ctx, conn.Conn(), synchronous); err != nil {
+		return store.History{}, err
 	}
 	if epoch == nil {
 		return store.History{}, fmt.Errorf("postgres: history: no epoch recorded yet (a standby, before any primary was checked): %w", store.ErrUnavailable)
@@ -198,4 +208,54 @@ func (db *DB) History(ctx context.Context) (store.History, error) {
 func permissionDenied(err error) bool {
 	var pgErr interface{ SQLState() string }
 	return errors.As(err, &pgErr) && pgErr.SQLState() == "42501"
+}
+
+// Reads on a server whose standby stopped taking its commits. A commit
+// whose wait for the standby is cancelled stays on the server, visible:
+// a send answered 503 (confirmed) is then there to be read, at a seq that
+// a promoted standby gives to another send, which a device that read the
+// first skips. So while the server commits synchronously and no standby
+// has confirmed History's last write, the store refuses the reads that
+// hand out envelopes or positions (Fetch, State): it is stalled. The
+// check comes every second and gives up within confirmTimeout, sooner
+// than a send's deadline (FN_STORE_TIMEOUT, 5 s) lets its commit become
+// visible; a write that outlives its deadline also stalls reads at once.
+
+// confirmTimeout bounds History's confirming write: a synchronous commit
+// on a healthy pair takes milliseconds.
+const confirmTimeout = time.Second
+
+// sqlConfirm rewrites the epoch's row as it is: a write, whose commit
+// waits for the synchronous standby.
+const sqlConfirm = `UPDATE store_epoch SET epoch = epoch WHERE id = 1`
+
+// errStalled refuses a read while the server is stalled.
+var errStalled = fmt.Errorf("postgres: the synchronous standby has not confirmed a recent write, so what this server shows may be lost in a failover: %w", store.ErrUnavailable)
+
+// confirm records whether the server commits synchronously and, when it
+// does, whether a standby confirms a write within confirmTimeout.
+func (db *DB) confirm(ctx context.Context, conn *pgx.Conn, synchronous bool) error {
+	db.synchronous.Store(synchronous)
+	if !synchronous {
+		if db.stalled.Swap(false) {
+			db.log.Info("the server no longer commits synchronously: polls are served again")
+		}
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	_, err := conn.Exec(cctx, sqlConfirm)
+	if err == nil {
+		err = cctx.Err() // answered only once cancelled: not confirmed
+	}
+	if err != nil {
+		if !db.stalled.Swap(true) {
+			db.log.Warn("the synchronous standby does not confirm commits: polls are refused until it does, so that nothing it lacks is handed out", "err", err)
+		}
+		return classify("history: confirm", err)
+	}
+	if db.stalled.Swap(false) {
+		db.log.Info("the synchronous standby confirms commits again: polls are served again")
+	}
+	return nil
 }
