@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -74,18 +73,9 @@ func TestAsyncPrimaryLost(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	do := func(ctx context.Context, method, path, tok string, body any) (int, pollAnswer, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+		req, err := apiRequest(ctx, base, method, path, tok, body)
 		if err != nil {
 			return 0, pollAnswer{}, err
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
 		}
 		resp, err := hc.Do(req)
 		if err != nil {

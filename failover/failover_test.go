@@ -6,12 +6,15 @@ package failover
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -103,6 +106,28 @@ func startRelayWithKey(t *testing.T, dbURL string, key ed25519.PrivateKey) (stri
 		t.Fatalf("relay did not start:\n%s", logs.String())
 	}
 	return "", nil
+}
+
+// apiRequest is a request to the relay at base with tok, and body, when
+// not nil, in JSON.
+func apiRequest(ctx context.Context, base, method, path, tok string, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
 }
 
 // attempt is one send request and how it was answered.

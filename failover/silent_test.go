@@ -54,18 +54,9 @@ func TestStandbySilent(t *testing.T) {
 	}
 	doAt = func(base, method, path, tok string, body any) answer {
 		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+		req, err := apiRequest(ctx, base, method, path, tok, body)
 		if err != nil {
 			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
 		}
 		at := time.Now()
 		resp, err := hc.Do(req)

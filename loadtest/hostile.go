@@ -72,7 +72,6 @@ func newHostile(r *runner, cfg *config) *hostile {
 		key:            r.key,
 		tag:            r.tag,
 		n:              cfg.hostile,
-		kinds:          hostileKindSets[cfg.hostileKinds],
 		closeLimit:     cfg.relay.BodyTimeout + hostileSlack,
 		householdRate:  cfg.relay.HouseholdSendRate,
 		householdBurst: float64(cfg.relay.HouseholdSendBurst),
@@ -80,6 +79,10 @@ func newHostile(r *runner, cfg *config) *hostile {
 		outcomes:       map[string]map[string]int{},
 		failures:       map[string]int{},
 		tried:          map[string]bool{},
+	}
+	h.kinds = hostileKinds // a config made in code, without -hostile-kinds
+	if cfg.hostileKinds != "" {
+		h.kinds = hostileKindSets[cfg.hostileKinds]
 	}
 	for _, t := range r.targets {
 		u, _ := url.Parse(t)

@@ -497,21 +497,27 @@ func TestCrashRunExplicitAcks(t *testing.T) {
 	}
 }
 
-// TestHostilePairingRun: -hostile-kinds pairing sends only the kinds
-// against the pairing endpoints (besides each household's register), and
-// the report says so.
-func TestHostilePairingRun(t *testing.T) {
-	bin := needRelay(t)
-	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-hostile", "2", "-hostile-kinds", "pairing", "-slow-readers", "0",
-		"-relay-env", "FN_BODY_TIMEOUT=1s"}, shortRun...)...)
+// hostileRun runs a short load with the hostile flags given, beside a
+// relay binary of this tree, and returns its report, which must be clean
+// and hold the hostile figures.
+func hostileRun(t *testing.T, flags ...string) (*report.Report, *report.Hostile) {
+	t.Helper()
+	rep, _, err := runTool(t, append(append([]string{"-relay-bin", needRelay(t)}, flags...), shortRun...)...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
 	wantClean(t, rep)
-	h := rep.Hostile
-	if h == nil {
+	if rep.Hostile == nil {
 		t.Fatal("no hostile figures")
 	}
+	return rep, rep.Hostile
+}
+
+// TestHostilePairingRun: -hostile-kinds pairing sends only the kinds
+// against the pairing endpoints (besides each household's register), and
+// the report says so.
+func TestHostilePairingRun(t *testing.T) {
+	rep, h := hostileRun(t, "-hostile", "2", "-hostile-kinds", "pairing", "-slow-readers", "0", "-relay-env", "FN_BODY_TIMEOUT=1s")
 	if rep.Config.HostileKinds != "pairing" || h.SlowReaders != 0 {
 		t.Errorf("config kinds %q, slow readers %d", rep.Config.HostileKinds, h.SlowReaders)
 	}
@@ -535,18 +541,9 @@ func TestHostilePairingRun(t *testing.T) {
 // MiB take two sends) so that every kind of request runs to its end within
 // seconds.
 func TestHostileRun(t *testing.T) {
-	bin := needRelay(t)
-	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-hostile", "4", "-slow-readers", "20", "-relay-memory", "256MiB",
+	rep, h := hostileRun(t, "-hostile", "4", "-slow-readers", "20", "-relay-memory", "256MiB",
 		"-relay-env", "FN_BODY_TIMEOUT=1s FN_HOUSEHOLD_SEND_BURST=20 FN_HOUSEHOLD_SEND_RATE=10",
-		"-relay-env", "FN_ANSWER_TIMEOUT=1s FN_ANSWER_MIN_RATE=10000000 FN_MAX_ENVELOPE_BYTES=1048576"}, shortRun...)...)
-	if err != nil {
-		t.Errorf("run: %v", err)
-	}
-	wantClean(t, rep)
-	h := rep.Hostile
-	if h == nil {
-		t.Fatal("no hostile figures")
-	}
+		"-relay-env", "FN_ANSWER_TIMEOUT=1s FN_ANSWER_MIN_RATE=10000000 FN_MAX_ENVELOPE_BYTES=1048576")
 	if h.Connections != 4 || h.Requests < len(hostileKinds) || len(h.Failures) != 0 || h.CloseLimitSeconds != 11 {
 		t.Errorf("hostile: %d connections, %d requests, failures %v, close limit %v", h.Connections, h.Requests, h.Failures, h.CloseLimitSeconds)
 	}
