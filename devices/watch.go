@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,9 @@ type Watch struct {
 	nudge chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
+
+	mu   sync.Mutex
+	next chan struct{} // closed when the next check to begin has ended
 }
 
 // nudgeGap is the least time between two checks that a nudge brings: a
@@ -63,13 +67,14 @@ func NewWatch(cfg WatchConfig) *Watch {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Watch{cfg: cfg, log: log, nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	return &Watch{cfg: cfg, log: log, nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		next: make(chan struct{})}
 }
 
 // Start checks once, so that the relay knows the epoch before it serves,
 // and then goes on in the background.
 func (w *Watch) Start() {
-	w.check()
+	w.checkOnce()
 	go w.run()
 }
 
@@ -92,6 +97,21 @@ func (w *Watch) Nudge() {
 	}
 }
 
+// Sync asks for a check and waits until one that began after the call
+// has ended, or ctx ends: a request that found the store at an epoch the
+// watch has not seen yet waits for memory of the old one to be dropped,
+// instead of sending its client to resynchronise a second time.
+func (w *Watch) Sync(ctx context.Context) {
+	w.mu.Lock()
+	ch := w.next
+	w.mu.Unlock()
+	w.Nudge()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
 // Epoch is the store's current epoch as of the last good check; "" before
 // any.
 func (w *Watch) Epoch() string {
@@ -103,6 +123,12 @@ func (w *Watch) Epoch() string {
 
 func (w *Watch) run() {
 	defer close(w.done)
+	defer func() {
+		// Stopped: nobody waits for a check that will not come.
+		w.mu.Lock()
+		close(w.next)
+		w.mu.Unlock()
+	}()
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -112,7 +138,7 @@ func (w *Watch) run() {
 		case <-t.C:
 		case <-w.nudge:
 		}
-		w.check()
+		w.checkOnce()
 		gap := time.NewTimer(nudgeGap)
 		select {
 		case <-w.stop:
@@ -121,6 +147,16 @@ func (w *Watch) run() {
 		case <-gap.C:
 		}
 	}
+}
+
+// checkOnce is check, and the end of the Sync calls that came before it.
+func (w *Watch) checkOnce() {
+	w.mu.Lock()
+	done := w.next
+	w.next = make(chan struct{})
+	w.mu.Unlock()
+	w.check()
+	close(done)
 }
 
 // check reads the store's history and drops memory when it is not the

@@ -125,3 +125,61 @@ func TestWatchDropsMemory(t *testing.T) {
 	default:
 	}
 }
+
+// blockingHistory is a historyStore whose History, once armed, signals
+// entered and waits for release before it answers.
+type blockingHistory struct {
+	*historyStore
+	armed            chan struct{} // closed: block from now on
+	entered, release chan struct{}
+}
+
+func (s *blockingHistory) History(ctx context.Context) (store.History, error) {
+	select {
+	case <-s.armed:
+		s.entered <- struct{}{}
+		<-s.release
+	default:
+	}
+	return s.historyStore.History(ctx)
+}
+
+// TestWatchSync: Sync returns only once a check that began after it has
+// ended, so the epoch that check read is current when it returns.
+func TestWatchSync(t *testing.T) {
+	m, db := newMemory(t)
+	real, err := db.History(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &blockingHistory{historyStore: &historyStore{Store: db, h: real},
+		armed: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
+	w := NewWatch(WatchConfig{Store: bs, Memory: m, Interval: time.Hour})
+	w.Start()
+	t.Cleanup(w.Stop)
+
+	bs.set(store.History{Epoch: "new-epoch", Instance: real.Instance}, nil)
+	close(bs.armed)
+	go func() {
+		<-bs.entered // the check is under way; let it answer
+		close(bs.release)
+	}()
+	w.Sync(context.Background())
+	if got := w.Epoch(); got != "new-epoch" {
+		t.Fatalf("Epoch after Sync = %q, want the epoch its check read", got)
+	}
+}
+
+// TestWatchSyncAfterStop: Sync does not wait for a stopped watch.
+func TestWatchSyncAfterStop(t *testing.T) {
+	m, db := newMemory(t)
+	w := NewWatch(WatchConfig{Store: db, Memory: m, Interval: time.Hour})
+	w.Start()
+	w.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w.Sync(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("Sync waited for a stopped watch until its deadline")
+	}
+}

@@ -399,7 +399,13 @@ func (s *Server) checkEpoch(ctx context.Context, c *token.Claims, pos position.S
 		if pos, err = s.readPosition(ctx, c); err != nil {
 			return pos, err
 		}
-		if pos.Epoch != cur {
+		if pos.Epoch == epoch && pos.Epoch != cur {
+			// The store is at the client's epoch and the watch has
+			// not seen it yet: the client resynchronised already. Let
+			// the watch drop memory of the old epoch, then go on.
+			s.watch.Sync(ctx)
+			cur = s.watch.Epoch()
+		} else if pos.Epoch != cur {
 			s.watch.Nudge()
 		}
 		if pos.Epoch == epoch && pos.Epoch == cur {
