@@ -117,7 +117,7 @@ func (s *service) signal(sig syscall.Signal) ([]int, error) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("signal %s: %w", s.name, err)
 	}
-	procs := children(pid)
+	procs := procstat.Children(pid)
 	for _, c := range procs {
 		_ = syscall.Kill(c, sig) // one that has just exited needs nothing
 	}
@@ -185,48 +185,15 @@ func (s *service) stop() error {
 // hold no port and no shared memory.
 func awaitGone(procs []int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	for slices.ContainsFunc(procs, alive) {
+	for slices.ContainsFunc(procs, procstat.Alive) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v still alive after %s", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !alive(p) }), limit)
+			return fmt.Errorf("processes %v still alive after %s", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !procstat.Alive(p) }), limit)
 		}
 		// Orphans of the killed leader, not this tool's children: nothing
 		// to wait on.
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
-}
-
-// alive reports whether process pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	state, _, ok := procstat.Parse(string(b))
-	return ok && state != "Z" && state != "X"
-}
-
-// children lists the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		if _, parent, ok := procstat.Parse(string(b)); ok && parent == pid {
-			out = append(out, child)
-		}
-	}
-	return out
 }
 
 // services are a campaign's own Postgres and Redis.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flamenet/relay/internal/procstat"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -74,15 +75,15 @@ func TestCampaignServices(t *testing.T) {
 	}
 
 	leader, _ := sv.pg.leader()
-	procs := append(children(leader), leader)
+	procs := append(procstat.Children(leader), leader)
 	if len(procs) < 3 {
 		t.Fatalf("Postgres has processes %v, want its leader, its helpers and a backend", procs)
 	}
 	if err := sv.pg.kill(); err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(procs, alive) {
-		t.Errorf("Postgres processes alive after the kill: %v of %v", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !alive(p) }), procs)
+	if slices.ContainsFunc(procs, procstat.Alive) {
+		t.Errorf("Postgres processes alive after the kill: %v of %v", slices.DeleteFunc(slices.Clone(procs), func(p int) bool { return !procstat.Alive(p) }), procs)
 	}
 	if err := sv.pg.start(ctx); err != nil {
 		t.Fatal(err)
@@ -117,13 +118,13 @@ func TestCampaignServices(t *testing.T) {
 
 	pgLeader, _ := sv.pg.leader()
 	redisLeader, _ := sv.redis.leader()
-	left := append(children(pgLeader), pgLeader, redisLeader)
+	left := append(procstat.Children(pgLeader), pgLeader, redisLeader)
 	dirs := []string{sv.pg.dir, sv.redis.dir}
 	if err := sv.close(); err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(left, alive) {
-		t.Errorf("processes alive after close: %v", slices.DeleteFunc(slices.Clone(left), func(p int) bool { return !alive(p) }))
+	if slices.ContainsFunc(left, procstat.Alive) {
+		t.Errorf("processes alive after close: %v", slices.DeleteFunc(slices.Clone(left), func(p int) bool { return !procstat.Alive(p) }))
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {

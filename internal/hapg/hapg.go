@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // Mode is how the primary commits.
@@ -821,7 +823,7 @@ func (f *Formation) CutReplication(ctx context.Context) (resume func() error, er
 	return func() error {
 		var errs []error
 		for _, pid := range pids {
-			if alive(pid) {
+			if procstat.Alive(pid) {
 				errs = append(errs, syscall.Kill(pid, syscall.SIGCONT))
 			}
 		}
@@ -878,7 +880,7 @@ func CleanStale() {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
-		if err != nil || (alive(pid) && startTime(pid) == f[1]) {
+		if err != nil || (procstat.Alive(pid) && startTime(pid) == f[1]) {
 			continue
 		}
 		killed, err := killAll(nil, dir, 10*time.Second)

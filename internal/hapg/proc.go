@@ -29,28 +29,12 @@ type proc struct {
 	cwd       string // "" when unreadable (a zombie, another user's)
 }
 
-// procs lists every process.
+// procs lists every process, with its working directory.
 func procs() []proc {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		state, ppid, ok := procstat.Parse(string(b))
-		if !ok {
-			continue
-		}
-		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		out = append(out, proc{pid: pid, ppid: ppid, state: state, cwd: cwd})
+	for _, p := range procstat.List() {
+		cwd, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(p.PID), "cwd"))
+		out = append(out, proc{pid: p.PID, ppid: p.PPID, state: p.State, cwd: cwd})
 	}
 	return out
 }
@@ -152,7 +136,7 @@ func awaitGone(pids, owned []int, limit time.Duration) error {
 			} else if got, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid {
 				continue
 			}
-			if alive(pid) {
+			if procstat.Alive(pid) {
 				left = append(left, pid)
 			}
 		}
@@ -164,16 +148,6 @@ func awaitGone(pids, owned []int, limit time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond) // bounded poll: a killed process's exit has no other signal here
 	}
-}
-
-// alive reports whether process pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	state, _, ok := procstat.Parse(string(b))
-	return ok && state != "Z" && state != "X"
 }
 
 // becomeSubreaper makes this process the parent of its descendants'

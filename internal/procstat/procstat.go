@@ -1,5 +1,6 @@
 // Package procstat reads the lines of Linux's /proc/<pid>/stat that the
-// test harnesses need to find and stop the processes they started.
+// test harnesses need to find and stop the processes they started: a
+// process's state and parent, its children, whether it lives.
 package procstat
 
 import (
