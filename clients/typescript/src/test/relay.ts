@@ -4,7 +4,7 @@
 import { execFile, spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import type { Server, Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -67,8 +67,12 @@ export interface Relay {
   stop(): Promise<void>;
 }
 
-/** Starts `relay serve`; env adds or overrides FN_* settings. */
-export async function startRelay(env: Record<string, string> = {}): Promise<Relay> {
+/**
+ * Starts `relay serve`; env adds or overrides FN_* settings. With pairing,
+ * the relay holds the issuer's private key (the self-hosted shape), so its
+ * pairing endpoints are on; tokens are minted with the same key either way.
+ */
+export async function startRelay(env: Record<string, string> = {}, opts: { pairing?: boolean } = {}): Promise<Relay> {
   const bin = await relayBinary();
   const dir = await mkdtemp(join(tmpdir(), "relay-test-"));
   removeAtExit(dir);
@@ -76,6 +80,12 @@ export async function startRelay(env: Record<string, string> = {}): Promise<Rela
   const seed = /^private: (\S+)$/m.exec(keys)?.[1];
   const pub = /^public: +(\S+)$/m.exec(keys)?.[1];
   if (!seed || !pub) throw new Error(`relay keygen printed no key pair: ${keys}`);
+  const issuer: Record<string, string> = { FN_ISSUER_KEYS: pub };
+  if (opts.pairing) {
+    const file = join(dir, "issuer.key");
+    await writeFile(file, seed + "\n", { mode: 0o600 });
+    Object.assign(issuer, { FN_ISSUER_KEYS: "", FN_ISSUER_KEY_FILE: file });
+  }
   // Only this relay's settings, never the caller's FN_*.
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("FN_")));
   const child = spawn(bin, ["serve"], {
@@ -83,7 +93,7 @@ export async function startRelay(env: Record<string, string> = {}): Promise<Rela
       ...base,
       FN_LISTEN: "127.0.0.1:0",
       FN_DATABASE_URL: `sqlite:${join(dir, "relay.db")}`,
-      FN_ISSUER_KEYS: pub,
+      ...issuer,
       FN_SQLITE_SYNCHRONOUS: "NORMAL",
       FN_SHUTDOWN_GRACE: "2s",
       ...env,
