@@ -33,9 +33,10 @@ import (
 
 // hostile floods the relays beside the ordinary load: -hostile N
 // connections, each with a household of its own, loop over the kinds
-// -hostile-kinds names (hostileKindSets) for the offered duration (and until every kind has been sent once). What
-// fails the run: a 5xx other than 503, a hostile request accepted, or a
-// connection the relay does not close within closeLimit.
+// -hostile-kinds names (hostileKindSets) for the offered duration (and
+// until every kind has been sent once). What fails the run: a 5xx other
+// than 503, a hostile request accepted, or a connection the relay does not
+// close within closeLimit.
 type hostile struct {
 	r       *runner
 	targets []string // host:port of each relay
