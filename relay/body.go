@@ -15,7 +15,8 @@ import (
 // deadline of its own: a client that declares a body and never sends it
 // would hold its connection for ever on any path that answers without
 // reading (401, 404, /live, /ready). TestUnreadBodyClosesConnection and
-// TestSlowBodyHasDeadline guard this.
+// TestSlowBodyHasDeadline guard this, and TestOversizedBodyGets413 the
+// answer's reaching a client that is still sending.
 func (s *Server) guardBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 { // no body (-1 is a chunked one)
@@ -29,12 +30,28 @@ func (s *Server) guardBody(next http.Handler) http.Handler {
 		next.ServeHTTP(&closeUnread{ResponseWriter: w, body: b}, r)
 		if !b.done {
 			// The body was not read to its end: what follows on the wire
-			// is not a request. Fail the discard at once; the connection
-			// closes.
+			// is not a request, and the connection closes. Closed with
+			// bytes unread, it is reset, and a reset can destroy the
+			// answer before the client reads it (a 413 to a client still
+			// sending). So the answer goes out first and what the client
+			// is still sending is read and dropped, within a bound
+			// (net/http's own lingering close does not see the wrapped
+			// body); then the discard fails at once.
+			_ = rc.Flush()
+			_ = rc.SetReadDeadline(time.Now().Add(lingerFor))
+			_, _ = io.CopyN(io.Discard, b.ReadCloser, lingerBytes)
 			_ = rc.SetReadDeadline(time.Now())
 		}
 	})
 }
+
+// The bound on reading an unread body before the connection closes: a
+// client still sending gets time to read its answer; one that sends
+// slowly, or nothing, costs the relay no more than this.
+const (
+	lingerFor   = 250 * time.Millisecond
+	lingerBytes = 256 << 10
+)
 
 // watchedBody notes whether its reader reached the end.
 type watchedBody struct {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,6 +90,24 @@ func TestUnreadBodyClosesConnection(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// TestOversizedBodyGets413: a client that sends a whole body over the
+// limit reads the 413, not a reset: the relay reads on past the limit for
+// a moment before it closes, since closing with the body unread makes the
+// kernel answer the rest with RST, which destroys the 413 in the client's
+// receive buffer if it has not read it yet.
+func TestOversizedBodyGets413(t *testing.T) {
+	h := newHarness(t, nil)
+	tok := h.register("home", "phone")
+	body := `{"id":"big","to":["phone"],"pad":"` + strings.Repeat("x", 200<<10) + `"}`
+	head := "POST /v1/send HTTP/1.1\r\nAuthorization: Bearer " + tok + "\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body))
+	for i := range 20 {
+		status, _, err := rawRequest(t, h, head, body, 5*time.Second)
+		if err != nil || status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("try %d: status %d, %v; want 413 and a closed connection", i, status, err)
+		}
+	}
 }
 
 // TestSlowBodyHasDeadline: a body that starts and then stops is cut off by
