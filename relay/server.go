@@ -28,6 +28,7 @@ import (
 	"github.com/flamenet/relay/expire"
 	"github.com/flamenet/relay/fleet"
 	"github.com/flamenet/relay/internal/accesslog"
+	"github.com/flamenet/relay/internal/bodyguard"
 	"github.com/flamenet/relay/internal/buckets"
 	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/parking"
@@ -274,7 +275,7 @@ func (s *Server) HeldPolls() int64 { return s.limits.held.Load() }
 
 func (s *Server) routes(p *pairing.Pairing) http.Handler {
 	r := s.router(p)
-	return s.account(s.answerDeadlines(s.guardBody(cors.Handler(s.cfg.CORSOrigins, r, s.corsRefused, r))))
+	return s.account(s.answerDeadlines(bodyguard.Handler(s.cfg.BodyTimeout, cors.Handler(s.cfg.CORSOrigins, r, s.corsRefused, r))))
 }
 
 // routePoll is the poll's route, under which a parked poll's hang-up is
@@ -355,7 +356,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// No WriteTimeout: it would cut held polls. Each answer gets a
 		// write deadline of its own (answers.go); request bodies get a read
-		// deadline in guardBody.
+		// deadline in internal/bodyguard.
 		// A parked poll's connection comes back with how its wait ended.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return parking.ConnContext(s.withAnswerTiming(ctx), c)

@@ -1,4 +1,7 @@
-package relay
+// Package bodyguard is the HTTP middleware that keeps request bodies from
+// holding connections: a deadline for every body, and a bounded close for
+// a request answered before its body was read.
+package bodyguard
 
 import (
 	"io"
@@ -6,7 +9,7 @@ import (
 	"time"
 )
 
-// guardBody gives every request that declares a body a deadline to send it,
+// Handler gives every request that declares a body timeout to send it,
 // authenticated or not, and closes the connection of a request answered
 // without reading its body to the end.
 //
@@ -14,17 +17,18 @@ import (
 // connection can carry the next request, and it waits for that body with no
 // deadline of its own: a client that declares a body and never sends it
 // would hold its connection for ever on any path that answers without
-// reading (401, 404, /live, /ready). TestUnreadBodyClosesConnection and
-// TestSlowBodyHasDeadline guard this, and TestOversizedBodyGets413 the
-// answer's reaching a client that is still sending.
-func (s *Server) guardBody(next http.Handler) http.Handler {
+// reading (401, 404, /live, /ready). The relay's
+// TestUnreadBodyClosesConnection and TestSlowBodyHasDeadline guard this,
+// and TestOversizedBodyGets413 (here and there) the answer's reaching a
+// client that is still sending.
+func Handler(timeout time.Duration, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 { // no body (-1 is a chunked one)
 			next.ServeHTTP(w, r)
 			return
 		}
 		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+		_ = rc.SetReadDeadline(time.Now().Add(timeout))
 		b := &watchedBody{ReadCloser: r.Body}
 		r.Body = b
 		next.ServeHTTP(&closeUnread{ResponseWriter: w, body: b}, r)
