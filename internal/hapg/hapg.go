@@ -261,7 +261,7 @@ func Launch(ctx context.Context, cfg Config) (_ *Formation, err error) {
 	}()
 	// The owner's pid and start time: a later start removes the directory
 	// of an owner that is gone.
-	owner := fmt.Sprintf("%d %s\n", os.Getpid(), startTime(os.Getpid()))
+	owner := fmt.Sprintf("%d %s\n", os.Getpid(), procstat.StartTime(os.Getpid()))
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o644); err != nil {
 		return f, fmt.Errorf("hapg: %w", err)
 	}
@@ -880,7 +880,7 @@ func CleanStale() {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
-		if err != nil || (procstat.Alive(pid) && startTime(pid) == f[1]) {
+		if err != nil || (procstat.Alive(pid) && procstat.StartTime(pid) == f[1]) {
 			continue
 		}
 		killed, err := killAll(nil, dir, 10*time.Second)

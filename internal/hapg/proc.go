@@ -39,25 +39,6 @@ func procs() []proc {
 	return out
 }
 
-// startTime is /proc/PID/stat's 22nd field, when the process started,
-// which a later process with the same pid does not share; "" when pid
-// does not exist.
-func startTime(pid int) string {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:])) // from field 3 on
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
 // members lists the live processes that are roots, their descendants, or
 // run in a directory under dir.
 func members(roots []int, dir string) []int {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
 // Proc is one process as its /proc/<pid>/stat line shows it.
@@ -48,6 +49,32 @@ func Children(pid int) []int {
 func Alive(pid int) bool {
 	p, ok := read(pid)
 	return ok && p.State != "Z" && p.State != "X"
+}
+
+// StartTime is /proc/<pid>/stat's 22nd field, when the process started,
+// which a later process with the same pid does not share; "" when pid
+// does not exist or /proc cannot tell.
+func StartTime(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	return startTime(string(b))
+}
+
+// startTime reads the start time from a stat line. The command name
+// (field 2) is in parentheses and may hold spaces; the fields around the
+// start time (state, CPU times) change as the process runs.
+func startTime(stat string) string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(stat[i+1:]) // from field 3 on
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }
 
 func read(pid int) (Proc, bool) {

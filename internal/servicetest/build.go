@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 var (
@@ -60,8 +62,8 @@ func buildTypeScript() (string, error) {
 	// The parent is named by its pid and its start time, which a reused
 	// pid does not share; where /proc cannot tell, every process builds.
 	stamp := ""
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", os.Getppid())); err == nil {
-		stamp = filepath.Join(os.TempDir(), fmt.Sprintf("relay-typescript-built-%d-%s-%x", os.Getppid(), startTime(stat), sha256.Sum256([]byte(dir))))
+	if started := procstat.StartTime(os.Getppid()); started != "" {
+		stamp = filepath.Join(os.TempDir(), fmt.Sprintf("relay-typescript-built-%d-%s-%x", os.Getppid(), started, sha256.Sum256([]byte(dir))))
 		if _, err := os.Stat(stamp); err == nil {
 			return dir, nil
 		}
@@ -79,22 +81,6 @@ func buildTypeScript() (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// startTime is /proc/PID/stat's 22nd field, when the process started,
-// which a later process with the same pid does not share. The command
-// name (field 2) is in parentheses and may hold spaces; the fields around
-// the start time (state, CPU times) change as the process runs.
-func startTime(stat []byte) string {
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return ""
-	}
-	fields := strings.Fields(string(stat[i+1:])) // from field 3 on
-	if len(fields) < 20 {
-		return ""
-	}
-	return fields[19]
 }
 
 // BuildRelay builds the relay command into dir, with extra go build flags
