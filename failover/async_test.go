@@ -64,13 +64,7 @@ func TestAsyncPrimaryLost(t *testing.T) {
 	f := hapg.Start(t, hapg.Async)
 	base, key := startRelay(t, f.URL())
 	ctx := t.Context()
-	mint := func(dev string) string {
-		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	mint := func(dev string) string { return mintToken(t, key, dev, token.ScopeDevice) }
 	hc := &http.Client{Timeout: 30 * time.Second}
 	do := func(ctx context.Context, method, path, tok string, body any) (int, pollAnswer, error) {
 		req, err := apiRequest(ctx, base, method, path, tok, body)

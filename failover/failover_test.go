@@ -108,6 +108,16 @@ func startRelayWithKey(t *testing.T, dbURL string, key ed25519.PrivateKey) (stri
 	return "", nil
 }
 
+// mintToken is an hour's token of the household "home" for dev.
+func mintToken(t *testing.T, key ed25519.PrivateKey, dev, scope string) string {
+	t.Helper()
+	tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, Scope: scope, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 // apiRequest is a request to the relay at base with tok, and body, when
 // not nil, in JSON.
 func apiRequest(ctx context.Context, base, method, path, tok string, body any) (*http.Request, error) {
@@ -173,13 +183,7 @@ const devices, rate = 20, 20
 // startLoad registers the devices and starts their polls.
 func startLoad(t *testing.T, base string, key ed25519.PrivateKey) *load {
 	t.Helper()
-	mint := func(dev string) string {
-		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	mint := func(dev string) string { return mintToken(t, key, dev, token.ScopeDevice) }
 	hc := &http.Client{Timeout: 30 * time.Second}
 	newClient := func(dev string) *client.Client {
 		c, err := client.New(base, mint(dev), client.WithHTTPClient(hc))

@@ -31,17 +31,6 @@ func TestStandbySilent(t *testing.T) {
 	base, key := startRelay(t, f.URL())
 	ctx := t.Context()
 	hc := &http.Client{Timeout: storeTimeout + answerSlack + 10*time.Second}
-	mint := func(dev string) string {
-		scope := token.ScopeDevice
-		if dev == "s" {
-			scope = token.ScopeAdmin
-		}
-		tok, err := token.Mint(key, token.Claims{Household: "home", Device: dev, Scope: scope, IssuedAt: time.Now(), Expires: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
 	type answer struct {
 		status int
 		took   time.Duration
@@ -67,7 +56,8 @@ func TestStandbySilent(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return answer{resp.StatusCode, time.Since(at), b}
 	}
-	sender, recipient, doomed := mint("s"), mint("r"), mint("x")
+	sender := mintToken(t, key, "s", token.ScopeAdmin)
+	recipient, doomed := mintToken(t, key, "r", token.ScopeDevice), mintToken(t, key, "x", token.ScopeDevice)
 	for _, tok := range []string{sender, recipient, doomed} {
 		if a := do("POST", "/v1/register", tok, nil); a.status != http.StatusOK {
 			t.Fatalf("register: %d %s", a.status, a.body)
