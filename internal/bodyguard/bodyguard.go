@@ -37,11 +37,13 @@ func Handler(timeout time.Duration, next http.Handler) http.Handler {
 			// is not a request, and the connection closes. Closed with
 			// bytes unread, it is reset, and a reset can destroy the
 			// answer before the client reads it (a 413 to a client still
-			// sending). So the answer goes out first and what the client
-			// is still sending is read and dropped, within a bound
-			// (net/http's own lingering close does not see the wrapped
-			// body); then the discard fails at once.
-			_ = rc.Flush()
+			// sending). So what the client is still sending is read and
+			// dropped first, within a bound (net/http's own lingering
+			// close does not see the wrapped body); then the discard
+			// fails at once. The answer waits for this: sent before it,
+			// it goes out chunked while the request is still coming,
+			// which a client behind Go's reverse proxy read cut short
+			// (client TestRemovedDeviceUnauthorized, 1 in 30).
 			_ = rc.SetReadDeadline(time.Now().Add(lingerFor))
 			_, _ = io.CopyN(io.Discard, b.ReadCloser, lingerBytes)
 			_ = rc.SetReadDeadline(time.Now())
@@ -51,7 +53,8 @@ func Handler(timeout time.Duration, next http.Handler) http.Handler {
 
 // The bound on reading an unread body before the connection closes: a
 // client still sending gets time to read its answer; one that sends
-// slowly, or nothing, costs the relay no more than this.
+// slowly, or nothing, costs the relay, and delays its own answer, no more
+// than this.
 const (
 	lingerFor   = 250 * time.Millisecond
 	lingerBytes = 256 << 10
