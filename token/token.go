@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,8 +45,10 @@ var (
 	ErrUnknownScope = errors.New("token: unknown scope")
 )
 
-// Claims are the token's claims. Times are whole Unix seconds; IssuedAt and
-// NotBefore are zero when absent.
+// Claims are the token's claims. Expires and NotBefore are whole Unix
+// seconds; IssuedAt is kept to the microsecond, as removals are (a token
+// minted in the second of its device's removal, but after it, is not one
+// issued before it). IssuedAt and NotBefore are zero when absent.
 type Claims struct {
 	Household string
 	Device    string
@@ -88,7 +91,7 @@ func Mint(key ed25519.PrivateKey, c Claims) (string, error) {
 	}
 	w := wireClaims{HH: &c.Household, Sub: &c.Device, Exp: unix(c.Expires), Scope: c.Scope}
 	if !c.IssuedAt.IsZero() {
-		w.Iat = unix(c.IssuedAt)
+		w.Iat = unixMicro(c.IssuedAt)
 	}
 	if !c.NotBefore.IsZero() {
 		w.Nbf = unix(c.NotBefore)
@@ -107,6 +110,17 @@ func Mint(key ed25519.PrivateKey, c Claims) (string, error) {
 
 func unix(t time.Time) *json.Number {
 	n := json.Number(fmt.Sprint(t.Unix()))
+	return &n
+}
+
+// unixMicro is t as a NumericDate with a fraction of microseconds, when t
+// has one (RFC 7519 allows non-integer values).
+func unixMicro(t time.Time) *json.Number {
+	us := t.UnixMicro()
+	if us%1e6 == 0 {
+		return unix(t)
+	}
+	n := json.Number(fmt.Sprintf("%d.%06d", us/1e6, us%1e6))
 	return &n
 }
 
@@ -239,7 +253,10 @@ func (w wireClaims) claims(now time.Time) (Claims, error) {
 	return c, nil
 }
 
-// numericDate reads an RFC 7519 NumericDate; fractions are truncated.
+// numericDate reads an RFC 7519 NumericDate; a decimal fraction is kept to
+// the microsecond (read from its digits, not through a float, so that a
+// time minted to the microsecond reads back equal), other fractions are
+// truncated to the second.
 func numericDate(n *json.Number) (time.Time, error) {
 	if n == nil {
 		return time.Time{}, nil
@@ -248,7 +265,20 @@ func numericDate(n *json.Number) (time.Time, error) {
 	if err != nil || f < 0 || f > math.MaxInt32*64 {
 		return time.Time{}, fmt.Errorf("%w: bad NumericDate %q", ErrClaims, n.String())
 	}
-	return time.Unix(int64(f), 0), nil
+	whole, frac, ok := strings.Cut(n.String(), ".")
+	if !ok || strings.ContainsAny(frac, "eE") {
+		return time.Unix(int64(f), 0), nil
+	}
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return time.Unix(int64(f), 0), nil
+	}
+	frac = (frac + "000000")[:6]
+	us, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: bad NumericDate %q", ErrClaims, n.String())
+	}
+	return time.UnixMicro(sec*1e6 + us), nil
 }
 
 func decodeJSON(part string, v any) error {
