@@ -19,10 +19,17 @@ const (
 	RefusedUsed    = "used"    // an invitation redeemed before
 	RefusedRevoked = "revoked" // a renewal secret revoked (replaced on a retry, or by reuse detection)
 	RefusedRemoved = "removed" // issued before the device's last removal
-	// RefusedReused: a renewal secret used before, outside the retry
-	// grace: every renewal secret of the device was revoked.
+	// RefusedTaken: an invitation for a name that became a device after
+	// it was made, which does not replace that device.
+	RefusedTaken = "taken"
+	// RefusedReused: a renewal secret used before, beyond the one retry
+	// the grace allows: every renewal secret of the device was revoked.
 	RefusedReused = "reused"
 )
+
+// ErrDeviceExists is CreateInvitation's refusal of an invitation for a
+// device that exists, unless it replaces that device.
+var ErrDeviceExists = errors.New("store: device exists")
 
 // RefusedError says why a code or secret was refused.
 type RefusedError struct {
@@ -52,6 +59,15 @@ type InviteParams struct {
 	Code      SecretHash
 	Now       time.Time
 	Expires   time.Time
+	// Replace: the device may exist, and redeeming the invitation removes
+	// it (its envelopes, credentials and key) before the new device takes
+	// the name. Without it, an invitation for a device that exists is
+	// ErrDeviceExists, and one whose name became a device before it was
+	// redeemed is refused (RefusedTaken).
+	Replace bool
+	// CreatedBy is the device that made the invitation, if any: its
+	// removal deletes the invitations it made that are not redeemed.
+	CreatedBy string
 }
 
 // Invitation is one invitation as an admin may see it: never its code.
@@ -63,6 +79,8 @@ type Invitation struct {
 	ExpiresAt   time.Time
 	RedeemedAt  time.Time // zero: not redeemed
 	IdentityKey []byte    // the identity key the redeeming device gave, or nil
+	Replace     bool      // redeeming it replaces the device (see InviteParams)
+	CreatedBy   string    // the device that made it, or ""
 }
 
 // InvitationsParams lists a household's invitations: those not redeemed
@@ -73,9 +91,10 @@ type InvitationsParams struct {
 	RedeemedSince time.Time
 }
 
-// PairParams redeems an invitation: registers its device (with
-// IdentityKey when not nil), marks the invitation used and stores the
-// device's first renewal secret, all in one transaction or nothing.
+// PairParams redeems an invitation: removes the device it replaces, if
+// any, registers its device (with IdentityKey when not nil), marks the
+// invitation used and stores the device's first renewal secret, revoking
+// any other, all in one transaction or nothing.
 type PairParams struct {
 	Code        SecretHash
 	IdentityKey []byte
@@ -91,10 +110,12 @@ type RenewParams struct {
 	NewSecret     SecretHash
 	Now           time.Time
 	SecretExpires time.Time
-	// Grace is how long after a secret's use the same secret is taken for
-	// a client retrying a lost answer (while the secret issued for it is
-	// still unused): that secret is then revoked and NewSecret issued.
-	// Any other reuse revokes every renewal secret of the device.
+	// Grace is how long after a secret's use the same secret is taken,
+	// once, for a client retrying a lost answer, while the secret issued
+	// for it is still unused: that secret is then revoked and NewSecret
+	// issued. Any other use of a secret that was used or revoked, by
+	// anyone, revokes every renewal secret of the device: a device's
+	// secrets since its pairing are one family.
 	Grace time.Duration
 }
 
@@ -104,6 +125,12 @@ type Grant struct {
 	Household string
 	Device    string
 	Scope     string
+	// RemovedAt is the device's last removal, zero if none: credentials
+	// minted for the grant must be issued after it.
+	RemovedAt time.Time
+	// Replaced: the pairing removed the device that had the name, at
+	// RemovedAt.
+	Replaced bool
 }
 
 // InvitationsKept is how long an invitation is kept after it expired or

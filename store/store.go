@@ -390,8 +390,9 @@ type Store interface {
 	Fetch(ctx context.Context, p FetchParams) (Batch, error)
 	// Devices lists a household's devices ordered by name.
 	Devices(ctx context.Context, p ListParams) ([]Device, error)
-	// DeleteDevice removes a device, its envelopes, its invitations and
-	// its renewal secrets, and records the removal time. ErrNotFound when the device does not exist.
+	// DeleteDevice removes a device, its envelopes, its invitations, the
+	// unredeemed invitations it made and its renewal secrets, and records
+	// the removal time. ErrNotFound when the device does not exist.
 	DeleteDevice(ctx context.Context, household, device string, at time.Time) error
 	// RemovedAt reports when the device was last removed; zero if never.
 	RemovedAt(ctx context.Context, household, device string) (time.Time, error)
@@ -406,20 +407,25 @@ type Store interface {
 	// made at or after since, r's included, in one round trip.
 	ReportHealth(ctx context.Context, r RelayHealth, since time.Time) ([]RelayHealth, error)
 	// CreateInvitation stores an invitation, replacing the device's
-	// unredeemed one if any.
+	// unredeemed one if any. ErrDeviceExists when the device exists and
+	// p.Replace is false.
 	CreateInvitation(ctx context.Context, p InviteParams) error
+	// CancelInvitation deletes the device's unredeemed invitation.
+	// ErrNotFound when it has none.
+	CancelInvitation(ctx context.Context, household, device string) error
 	// Invitations lists a household's pending and recently redeemed
 	// invitations, by device.
 	Invitations(ctx context.Context, p InvitationsParams) ([]Invitation, error)
 	// Pair redeems an invitation (see PairParams). A code that is unknown,
-	// used, expired or created at or before the device's last removal is
-	// a *RefusedError and changes nothing.
+	// used, expired, created at or before the device's last removal, or
+	// for a name that became a device it does not replace, is a
+	// *RefusedError and changes nothing.
 	Pair(ctx context.Context, p PairParams) (Grant, error)
 	// Renew marks a renewal secret used and stores its successor, or
 	// refuses it (a *RefusedError): unknown, expired, revoked, issued at
 	// or before the device's last removal, or reused (see
-	// RenewParams.Grace; the revocation that reuse brings is committed
-	// before the refusal returns).
+	// RenewParams.Grace). Presenting a revoked or reused secret revokes
+	// the device's every secret, committed before the refusal returns.
 	Renew(ctx context.Context, p RenewParams) (Grant, error)
 	// History reads the store's epoch and instance (see History).
 	History(ctx context.Context) (History, error)

@@ -138,8 +138,31 @@ const (
 	sqlDeleteDeviceEnvelopes = `DELETE FROM envelopes WHERE household = $1 AND device = $2`
 	sqlRecordRemoval         = `
 INSERT INTO removals AS r (household, device, removed_at) VALUES ($1, $2, $3)
-ON CONFLICT (household, device) DO UPDATE SET removed_at = GREATEST(r.removed_at, $3)`
+ON CONFLICT (household, device) DO UPDATE SET removed_at = GREATEST(r.removed_at, $3)
+RETURNING removed_at`
 )
+
+// removeDevice is DeleteDevice's work on tx, under the device's name lock
+// (forget's keep included); it returns the removal as recorded.
+func removeDevice(ctx context.Context, tx pgx.Tx, household, device string, at time.Time, keep []byte) (time.Time, error) {
+	tag, err := tx.Exec(ctx, sqlDeleteDevice, household, device)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if tag.RowsAffected() == 0 {
+		return time.Time{}, fmt.Errorf("postgres: delete device %q: %w", device, store.ErrNotFound)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlDeleteDeviceEnvelopes, household, device)
+	b.Queue(sqlForgetInvitations, household, device, keep)
+	b.Queue(sqlForgetSecrets, household, device)
+	var removed time.Time
+	b.Queue(sqlRecordRemoval, household, device, micro(at)).QueryRow(func(row pgx.Row) error { return row.Scan(&removed) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return time.Time{}, err
+	}
+	return removed.UTC(), nil
+}
 
 // DeleteDevice removes a device with its envelopes and records when.
 func (db *DB) DeleteDevice(ctx context.Context, household, device string, at time.Time) error {
@@ -151,19 +174,10 @@ func (db *DB) DeleteDevice(ctx context.Context, household, device string, at tim
 	if _, err := tx.Exec(ctx, sqlLockName, household, device); err != nil {
 		return classify("delete device: lock", err)
 	}
-	tag, err := tx.Exec(ctx, sqlDeleteDevice, household, device)
-	if err != nil {
-		return classify("delete device", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("postgres: delete device %q: %w", device, store.ErrNotFound)
-	}
-	b := &pgx.Batch{}
-	b.Queue(sqlDeleteDeviceEnvelopes, household, device)
-	b.Queue(sqlForgetInvitations, household, device)
-	b.Queue(sqlForgetSecrets, household, device)
-	b.Queue(sqlRecordRemoval, household, device, micro(at))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := removeDevice(ctx, tx, household, device, at, nil); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return err
+		}
 		return classify("delete device", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -123,25 +123,7 @@ func (db *DB) Devices(ctx context.Context, p store.ListParams) ([]store.Device, 
 // A device registered again later starts from cursor and head 0.
 func (db *DB) DeleteDevice(ctx context.Context, household, device string, at time.Time) error {
 	return db.write(ctx, "delete device", func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM envelopes WHERE household = ? AND device = ?`,
-			household, device); err != nil {
-			return err
-		}
-		if err := forget(ctx, tx, household, device); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM devices WHERE household = ? AND name = ?`, household, device)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("device %q: %w", device, store.ErrNotFound)
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO removals (household, device, removed_at) VALUES (?, ?, ?)
-			ON CONFLICT (household, device) DO UPDATE SET removed_at = excluded.removed_at`,
-			household, device, micros(at))
+		_, err := removeDevice(ctx, tx, household, device, at, nil)
 		return err
 	})
 }

@@ -75,6 +75,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Renew", testRenew},
 		{"PairingRemoval", testPairingRemoval},
 		{"ConcurrentRenewals", testConcurrentRenewals},
+		{"Thief", testThief},
+		{"InviteExisting", testInviteExisting},
+		{"CancelInvitation", testCancelInvitation},
+		{"AdminRemoval", testAdminRemoval},
 		{"PingClose", testPingClose},
 		{"Epoch", testEpoch},
 	}
