@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -28,7 +29,8 @@ const inviteSubject = "relay-cli"
 // request it makes, with room for clocks a little apart.
 const inviteTokenLife = 60 * time.Second
 
-const inviteUsage = `usage: relay invite -device DEVICE [-household HOME] [-scope device|admin] [-url URL] [-issuer-key-file FILE]
+const inviteUsage = `usage: relay invite -device DEVICE [-replace] [-household HOME] [-scope device|admin] [-url URL] [-issuer-key-file FILE]
+       relay invite -cancel -device DEVICE [-household HOME] [-url URL] [-issuer-key-file FILE]
        relay invite -list [-household HOME] [-url URL] [-issuer-key-file FILE]
 
 Asks the relay for a single-use invitation code for DEVICE (POST
@@ -37,6 +39,12 @@ private key (read as relay token reads it), and prints the code, the
 pairing link, its expiry and the link as a QR code. On the device:
 relay pair -url URL -code CODE -store FILE, or open the link. Only a relay
 that mints its own tokens (FN_ISSUER_KEYS empty) pairs devices.
+
+A device of that name that exists is refused, unless -replace: redeeming
+the invitation then removes that device (its envelopes, credentials and
+key) before the new one takes the name.
+
+-cancel cancels DEVICE's pending invitation: its code no longer pairs.
 
 -list prints the household's pending invitations and those redeemed in the
 last day, each with the fingerprint of the key the device paired with
@@ -51,6 +59,7 @@ type inviteAnswer struct {
 	Household string `json:"household"`
 	Device    string `json:"device"`
 	Scope     string `json:"scope"`
+	Replace   bool   `json:"replace"`
 	ExpiresAt string `json:"expires_at"`
 }
 
@@ -64,6 +73,8 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 	keyFile := fs.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
 	fs.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file")
 	list := fs.Bool("list", false, "list the household's invitations, with the fingerprint of each paired device's key")
+	replace := fs.Bool("replace", false, "the device may exist: pairing removes it first")
+	cancelInv := fs.Bool("cancel", false, "cancel the device's pending invitation")
 	if err := parseFlags(fs, args, getenv, inviteUsage, stdout, stderr); err != nil {
 		return err
 	}
@@ -72,6 +83,8 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 		return usageErr("invite: unexpected argument %q", fs.Arg(0))
 	case *list && *device != "":
 		return usageErr("invite: -list lists every device's; give no -device")
+	case *list && *cancelInv, *cancelInv && *replace:
+		return usageErr("invite: -cancel goes with -device alone")
 	case *list:
 	case *device == "":
 		return usageErr("invite: -device is required")
@@ -93,7 +106,14 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return nil
 	}
-	inv, err := requestInvitation(ctx, base, tok, *device, *scope)
+	if *cancelInv {
+		if err := cancelInvitation(ctx, base, tok, *device); err != nil {
+			return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
+		}
+		fmt.Fprintf(stdout, "Cancelled the pending invitation of device %q of household %q: its code no longer pairs.\n", *device, *household)
+		return nil
+	}
+	inv, err := requestInvitation(ctx, base, tok, *device, *scope, *replace)
 	if err != nil {
 		return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
 	}
@@ -109,8 +129,8 @@ func inviteToken(key ed25519.PrivateKey, household string, now time.Time) (strin
 
 // requestInvitation makes the invitation; a refusal is an error carrying
 // the relay's message and what it most likely means.
-func requestInvitation(ctx context.Context, base, tok, device, scope string) (inviteAnswer, error) {
-	body, err := json.Marshal(map[string]string{"device": device, "scope": scope})
+func requestInvitation(ctx context.Context, base, tok, device, scope string, replace bool) (inviteAnswer, error) {
+	body, err := json.Marshal(map[string]any{"device": device, "scope": scope, "replace": replace})
 	if err != nil {
 		return inviteAnswer{}, err
 	}
@@ -140,6 +160,8 @@ func requestInvitation(ctx context.Context, base, tok, device, scope string) (in
 			hint = ": the relay does not trust this issuer key"
 		case http.StatusNotFound:
 			hint = ": the relay does not pair devices (its tokens come from another issuer: FN_ISSUER_KEYS is set)"
+		case http.StatusConflict:
+			hint = " (relay invite -replace)"
 		}
 		return inviteAnswer{}, fmt.Errorf("%s %s%s", resp.Status, e.Message, hint)
 	}
@@ -148,6 +170,32 @@ func requestInvitation(ctx context.Context, base, tok, device, scope string) (in
 		return inviteAnswer{}, errors.New("the answer is not an invitation")
 	}
 	return inv, nil
+}
+
+// cancelInvitation cancels device's pending invitation.
+func cancelInvitation(ctx context.Context, base, tok, device string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/invitations/"+neturl.PathEscape(device), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusNoContent {
+		var e struct{ Message string }
+		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
+		return fmt.Errorf("%s %s", resp.Status, e.Message)
+	}
+	return nil
 }
 
 // printInvitation prints the code, the link, the expiry and the link as a
@@ -162,6 +210,9 @@ func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) 
 		expiry = fmt.Sprintf("%s (in %s)", t.Local().Format("2006-01-02 15:04:05 MST"), t.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(w, "Invitation for device %q of household %q (scope %s), single use:\n\n", inv.Device, inv.Household, inv.Scope)
+	if inv.Replace {
+		fmt.Fprintf(w, "Redeeming it removes the device %q there is now, with its envelopes and credentials.\n\n", inv.Device)
+	}
 	fmt.Fprintf(w, "  code:     %s\n  link:     %s\n  expires:  %s\n\n", inv.Code, inv.URL, expiry)
 	fmt.Fprint(w, q.ToSmallString(false))
 	fmt.Fprintf(w, "\nOn the device, open the link, or run:\n\n  relay pair -url %s -code %s -store %s.json\n", base, inv.Code, inv.Device)
@@ -200,6 +251,8 @@ func listInvitations(ctx context.Context, w io.Writer, base, tok string) error {
 			ExpiresAt   string  `json:"expires_at"`
 			RedeemedAt  *string `json:"redeemed_at"`
 			IdentityKey []byte  `json:"identity_key"`
+			Replace     bool    `json:"replace"`
+			CreatedBy   string  `json:"created_by"`
 		} `json:"invitations"`
 	}
 	if err := json.Unmarshal(b, &ans); err != nil {
@@ -216,6 +269,12 @@ func listInvitations(ctx context.Context, w io.Writer, base, tok string) error {
 		fp := "no key"
 		if len(inv.IdentityKey) == ed25519.PublicKeySize {
 			fp = "fingerprint " + seal.Fingerprint(inv.IdentityKey)
+		}
+		if inv.Replace {
+			state += ", replacing the device of that name"
+		}
+		if inv.CreatedBy != "" {
+			state += ", made by " + inv.CreatedBy
 		}
 		fmt.Fprintf(w, "%s (%s): %s; %s\n", inv.Device, inv.Scope, state, fp)
 	}

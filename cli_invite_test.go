@@ -45,7 +45,7 @@ func TestInvite(t *testing.T) {
 		t.Fatalf("no code, link and expiry in:\n%s", out)
 	}
 	code, link := m[1], m[2]
-	if link != base+"/console/#pair="+code || !strings.Contains(m[3], "(in 10m0s)") {
+	if link != base+"/console/#pair="+code+"&household=flat" || !strings.Contains(m[3], "(in 10m0s)") {
 		t.Errorf("link %q, expiry %q", link, m[3])
 	}
 	q, err := qrcode.New(link, qrcode.Medium)
@@ -64,6 +64,38 @@ func TestInvite(t *testing.T) {
 	if err := json.Unmarshal(body, &c); status != http.StatusOK || err != nil || c != (struct{ Household, Device, Scope string }{"flat", "tablet", "admin"}) {
 		t.Fatalf("pairing with the printed code: %d %s", status, body)
 	}
+
+	// The name is in use now: refused, unless -replace; a pending
+	// invitation can be listed and cancelled.
+	invite := func(args ...string) (string, error) {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append([]string{"invite", "-household", "flat", "-url", base, "-issuer-key-file", keyFile}, args...),
+			noEnv, &stdout, &stderr)
+		return stdout.String(), err
+	}
+	if _, err := invite("-device", "tablet"); err == nil || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "-replace") {
+		t.Errorf("an invitation for a device in use: %v, want a 409 naming -replace", err)
+	}
+	out, err = invite("-device", "tablet", "-replace")
+	if err != nil || !strings.Contains(out, "Redeeming it removes the device \"tablet\"") {
+		t.Errorf("-replace: %v\n%s", err, out)
+	}
+	replacing := regexp.MustCompile(`(?m)^  code: +(\S+)$`).FindStringSubmatch(out)
+	if out, err := invite("-list"); err != nil || !strings.Contains(out, "replacing the device of that name, made by relay-cli") {
+		t.Errorf("-list: %v\n%s", err, out)
+	}
+	if out, err := invite("-cancel", "-device", "tablet"); err != nil || !strings.Contains(out, "Cancelled") {
+		t.Errorf("-cancel: %v\n%s", err, out)
+	}
+	if replacing != nil {
+		if status, body := request(t, "POST", base+"/v1/pair", "", `{"code":"`+replacing[1]+`"}`); status != http.StatusUnauthorized {
+			t.Errorf("pairing with a cancelled code: %d %s", status, body)
+		}
+	}
+	if _, err := invite("-cancel", "-device", "tablet"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("-cancel of nothing pending: %v, want a 404", err)
+	}
+
 	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)
 	}

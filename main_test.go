@@ -293,6 +293,9 @@ func request(t *testing.T, method, url, tok, body string) (int, []byte) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // as clients do
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

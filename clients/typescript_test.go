@@ -35,20 +35,22 @@ func TestTypeScriptClient(t *testing.T) {
 // wireSchemas pairs each interface of typescript/src/wire.ts with the
 // schema of docs/openapi.yaml it is the JSON form of.
 var wireSchemas = map[string]string{
-	"PushTarget":         "PushTarget",
-	"RegisterRequest":    "RegisterRequest",
-	"RegisterResponse":   "RegisterResponse",
-	"SendRequest":        "SendRequest",
-	"Delivery":           "Delivery",
-	"SendResponse":       "SendResponse",
-	"Envelope":           "Envelope",
-	"PollResponse":       "PollResponse",
-	"AckRequest":         "AckRequest",
-	"ErrorBody":          "Error",
-	"Device":             "Device",
-	"DevicesResponse":    "DevicesResponse",
-	"InvitationRequest":  "InvitationRequest",
-	"InvitationResponse": "InvitationResponse",
+	"PushTarget":          "PushTarget",
+	"RegisterRequest":     "RegisterRequest",
+	"RegisterResponse":    "RegisterResponse",
+	"SendRequest":         "SendRequest",
+	"Delivery":            "Delivery",
+	"SendResponse":        "SendResponse",
+	"Envelope":            "Envelope",
+	"PollResponse":        "PollResponse",
+	"AckRequest":          "AckRequest",
+	"ErrorBody":           "Error",
+	"Device":              "Device",
+	"DevicesResponse":     "DevicesResponse",
+	"InvitationRequest":   "InvitationRequest",
+	"InvitationResponse":  "InvitationResponse",
+	"Invitation":          "Invitation",
+	"InvitationsResponse": "InvitationsResponse",
 }
 
 // TestTypeScriptWireTypes holds the TypeScript client's wire types to

@@ -243,7 +243,13 @@ func (m *Memory) Pair(ctx context.Context, p store.PairParams) (store.Grant, err
 	if err != nil {
 		return store.Grant{}, err
 	}
-	m.positions.Registered(device.KeyOf(g.Household, g.Device), p.Now)
+	k := device.KeyOf(g.Household, g.Device)
+	if g.Replaced {
+		// The removal first: after the registration it would take the
+		// new device for gone.
+		m.Removed(k, g.RemovedAt)
+	}
+	m.positions.Registered(k, p.Now)
 	return g, nil
 }
 

@@ -212,3 +212,30 @@ func TestLostKeepsPendingAcks(t *testing.T) {
 		t.Errorf("cursor after Lost with an ack of another epoch pending = %d, %v, want the store's 0", pos.Cursor, err)
 	}
 }
+
+// TestPairReplacingStartsNewLife: a pairing that replaces a device leaves
+// memory at the new life, registered, before any hub's news of the
+// removal: not at the old device's head.
+func TestPairReplacingStartsNewLife(t *testing.T) {
+	m, st := newMemory(t)
+	ctx := context.Background()
+	k := key("phone")
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := m.Position(ctx, k, now); err != nil {
+		t.Fatal(err)
+	}
+	m.Advanced(wake.Wake{Key: k, Head: 3})
+	if err := st.CreateInvitation(ctx, store.InviteParams{Household: "home", Device: "phone", Scope: "device", Replace: true,
+		Code: store.HashSecret("C"), Now: now, Expires: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := m.Pair(ctx, store.PairParams{Code: store.HashSecret("C"), Now: now.Add(time.Second),
+		Secret: store.HashSecret("s"), SecretExpires: now.Add(time.Hour)})
+	if err != nil || !g.Replaced {
+		t.Fatalf("Pair = %+v, %v; want a replacement", g, err)
+	}
+	pos, ok := m.Known(k)
+	if !ok || !pos.Exists || pos.Head != 0 || pos.Life != device.LifeAfter(g.RemovedAt) {
+		t.Fatalf("memory after the replacement: %+v (known %v), want the new life %v at head 0", pos, ok, device.LifeAfter(g.RemovedAt))
+	}
+}

@@ -1,6 +1,7 @@
 package pairing
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +19,8 @@ import (
 type invitationRequest struct {
 	Device string `json:"device" msgpack:"device"`
 	Scope  string `json:"scope" msgpack:"scope"`
+	// Replace: the device may exist, and pairing removes it first.
+	Replace bool `json:"replace" msgpack:"replace"`
 }
 
 // InvitationResponse answers POST /v1/invitations.
@@ -27,6 +30,7 @@ type InvitationResponse struct {
 	Household string `json:"household" msgpack:"household"`
 	Device    string `json:"device" msgpack:"device"`
 	Scope     string `json:"scope" msgpack:"scope"`
+	Replace   bool   `json:"replace" msgpack:"replace"`
 	ExpiresAt string `json:"expires_at" msgpack:"expires_at"`
 }
 
@@ -75,21 +79,49 @@ func (p *Pairing) CreateInvitation(w http.ResponseWriter, r *http.Request, c *to
 	ctx, cancel := p.api.StoreContext(r.Context())
 	defer cancel()
 	err := p.store.CreateInvitation(ctx, store.InviteParams{Household: c.Household, Device: req.Device, Scope: req.Scope,
-		Code: store.HashSecret(norm), Now: now, Expires: expires})
+		Code: p.keys.hashCode(norm), Now: now, Expires: expires, Replace: req.Replace, CreatedBy: c.Device})
+	if errors.Is(err, store.ErrDeviceExists) {
+		return wire.Errorf(http.StatusConflict, "Device %q exists. An invitation for it must replace it (\"replace\": true): "+
+			"pairing then removes it, its envelopes and its credentials.", req.Device)
+	}
 	if err != nil {
 		return err
 	}
 	p.api.Write(w, r, http.StatusCreated, InvitationResponse{
-		Code: code, URL: p.link(r, norm),
-		Household: c.Household, Device: req.Device, Scope: req.Scope, ExpiresAt: wire.Timestamp(expires),
+		Code: code, URL: p.link(r, c.Household, norm),
+		Household: c.Household, Device: req.Device, Scope: req.Scope, Replace: req.Replace, ExpiresAt: wire.Timestamp(expires),
 	})
 	return nil
 }
 
-// link is the pairing link of a code (normalizeCode's spelling): the
-// console's page, which pairs with the code after the #.
-func (p *Pairing) link(r *http.Request, code string) string {
-	return p.publicBase(r) + "/console/#pair=" + code[:codeLen/2] + "-" + code[codeLen/2:]
+// CancelInvitation serves DELETE /v1/invitations/{device}: an admin
+// cancels the device's pending invitation, whose code no longer pairs.
+func (p *Pairing) CancelInvitation(w http.ResponseWriter, r *http.Request, c *token.Claims, name string) error {
+	if err := requireAdmin(c, "cancel invitations"); err != nil {
+		return err
+	}
+	if !device.ValidName(name) {
+		return badRequest("The device name is not 1 to 64 characters of A-Z a-z 0-9 . _ -.")
+	}
+	ctx, cancel := p.api.StoreContext(r.Context())
+	defer cancel()
+	err := p.store.CancelInvitation(ctx, c.Household, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return wire.Errorf(http.StatusNotFound, "Device %q has no pending invitation.", name)
+	}
+	if err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// link is the pairing link of a code (normalizeCode's spelling) of
+// household's: the console's page, which names the household and asks
+// before it pairs with the code after the #.
+func (p *Pairing) link(r *http.Request, household, code string) string {
+	return p.publicBase(r) + "/console/#pair=" + code[:codeLen/2] + "-" + code[codeLen/2:] +
+		"&household=" + url.QueryEscape(household)
 }
 
 // QRLink reads POST /console/qr's body, an invitation's code (never in
@@ -111,7 +143,7 @@ func (p *Pairing) QRLink(w http.ResponseWriter, r *http.Request, c *token.Claims
 	if !ok {
 		return "", badRequest("code must be an invitation code (ABCDE-FGHJK).")
 	}
-	return p.link(r, code), nil
+	return p.link(r, c.Household, code), nil
 }
 
 // publicBase is the relay's base URL as its clients reach it:
@@ -158,6 +190,8 @@ type InvitationJSON struct {
 	ExpiresAt   string  `json:"expires_at" msgpack:"expires_at"`
 	RedeemedAt  *string `json:"redeemed_at" msgpack:"redeemed_at"`
 	IdentityKey []byte  `json:"identity_key" msgpack:"identity_key"`
+	Replace     bool    `json:"replace" msgpack:"replace"`
+	CreatedBy   string  `json:"created_by" msgpack:"created_by"`
 }
 
 // InvitationsResponse answers GET /v1/invitations.
@@ -180,7 +214,8 @@ func (p *Pairing) ListInvitations(w http.ResponseWriter, r *http.Request, c *tok
 	}
 	out := InvitationsResponse{Invitations: make([]InvitationJSON, 0, len(ins))}
 	for _, in := range ins {
-		j := InvitationJSON{Device: in.Device, Scope: in.Scope, ExpiresAt: wire.Timestamp(in.ExpiresAt)}
+		j := InvitationJSON{Device: in.Device, Scope: in.Scope, ExpiresAt: wire.Timestamp(in.ExpiresAt),
+			Replace: in.Replace, CreatedBy: in.CreatedBy}
 		if !in.RedeemedAt.IsZero() {
 			at := wire.Timestamp(in.RedeemedAt)
 			j.RedeemedAt = &at
@@ -217,6 +252,9 @@ type CredentialsResponse struct {
 // Pair serves POST /v1/pair: a code redeemed for credentials, behind the
 // attempt limits.
 func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
+	if err := p.browserGuard(r); err != nil {
+		return err
+	}
 	if err := p.admit(r); err != nil {
 		return err
 	}
@@ -238,9 +276,9 @@ func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return p.refuse(r, "malformed")
 	}
-	secret := NewRenewalSecret()
+	secret := p.keys.newSecret()
 	now := p.now().UTC().Truncate(time.Microsecond)
-	pp := store.PairParams{Code: store.HashSecret(code), IdentityKey: key, Now: now,
+	pp := store.PairParams{Code: p.keys.hashCode(code), IdentityKey: key, Now: now,
 		Secret: store.HashSecret(secret), SecretExpires: now.Add(p.cfg.RenewalTTL)}
 	ctx, cancel := p.api.StoreContext(r.Context())
 	defer cancel()
@@ -253,13 +291,22 @@ func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Renew serves POST /v1/renew: a renewal secret exchanged for fresh
-// credentials, behind the attempt limits.
+// credentials. A secret this relay tagged (vouched) has a budget of its
+// own; any other, a guess or one of the first version, is behind the
+// attempt limits. The body is read first to know which.
 func (p *Pairing) Renew(w http.ResponseWriter, r *http.Request) error {
-	if err := p.admit(r); err != nil {
+	if err := p.browserGuard(r); err != nil {
 		return err
 	}
 	var req renewRequest
 	if err := read(w, r, &req); err != nil {
+		return err
+	}
+	if req.RenewalSecret != nil && p.keys.vouched(*req.RenewalSecret) {
+		if err := p.admitSecret(store.HashSecret(*req.RenewalSecret)); err != nil {
+			return err
+		}
+	} else if err := p.admit(r); err != nil {
 		return err
 	}
 	if req.RenewalSecret == nil {
@@ -268,7 +315,7 @@ func (p *Pairing) Renew(w http.ResponseWriter, r *http.Request) error {
 	if !ValidRenewalSecret(*req.RenewalSecret) {
 		return p.refuse(r, "malformed")
 	}
-	next := NewRenewalSecret()
+	next := p.keys.newSecret()
 	now := p.now().UTC().Truncate(time.Microsecond)
 	rp := store.RenewParams{Secret: store.HashSecret(*req.RenewalSecret), NewSecret: store.HashSecret(next), Now: now,
 		SecretExpires: now.Add(p.cfg.RenewalTTL), Grace: renewGrace}
@@ -285,9 +332,14 @@ func (p *Pairing) Renew(w http.ResponseWriter, r *http.Request) error {
 // grant mints g's access token, issued at now, and answers with it and
 // the renewal secret the store now holds.
 func (p *Pairing) grant(w http.ResponseWriter, r *http.Request, g store.Grant, now time.Time, secret string, secretExpires time.Time) error {
-	// Whole seconds, as the token carries them.
-	iat := now.Truncate(time.Second)
-	exp := iat.Add(p.cfg.AccessTokenTTL)
+	// To the microsecond, as removals are kept, and after the device's
+	// last removal even if that was recorded by a relay whose clock is
+	// ahead: a token the relay mints is one it accepts.
+	iat := now
+	if !iat.After(g.RemovedAt) {
+		iat = g.RemovedAt.Add(time.Microsecond)
+	}
+	exp := iat.Add(p.cfg.AccessTokenTTL).Truncate(time.Second)
 	tok, err := token.Mint(p.cfg.Key, token.Claims{Household: g.Household, Device: g.Device, Scope: g.Scope, IssuedAt: iat, Expires: exp})
 	if err != nil {
 		return err

@@ -15,14 +15,17 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/netip"
+	"slices"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/flamenet/relay/internal/accesslog"
 	"github.com/flamenet/relay/internal/buckets"
+	"github.com/flamenet/relay/internal/cors"
 	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/store"
 )
@@ -46,6 +49,9 @@ type Config struct {
 	// TrustedProxies are the peers whose X-Forwarded-For and
 	// X-Forwarded-Proto are believed.
 	TrustedProxies []netip.Prefix
+	// Origins are the web origins other than the relay's own whose pages
+	// may pair and renew (FN_CORS_ORIGINS; "*" allows none of them here).
+	Origins []string
 }
 
 // Defaults, used where Config leaves a field zero.
@@ -61,12 +67,16 @@ const (
 	renewGrace = 30 * time.Second
 	// bodyLimit bounds the bodies of pair, renew and invitations.
 	bodyLimit = 1 << 10
+	// perSecret is the renewals a minute (and the burst) of one vouched
+	// renewal secret: a device renews about once an hour, and retries.
+	perSecret = 6
 )
 
 // Which limit refused a pair or renew, in the error body's "limit" field.
 const (
 	LimitAddress = "pair_address_rate"
 	LimitRate    = "pair_rate"
+	LimitSecret  = "renewal_secret_rate"
 )
 
 // API is what the handlers take from the server that routes them, so that
@@ -85,6 +95,7 @@ type API interface {
 // memory of the device it registers.
 type Store interface {
 	CreateInvitation(ctx context.Context, p store.InviteParams) error
+	CancelInvitation(ctx context.Context, household, device string) error
 	Invitations(ctx context.Context, p store.InvitationsParams) ([]store.Invitation, error)
 	Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 	Renew(ctx context.Context, p store.RenewParams) (store.Grant, error)
@@ -98,8 +109,10 @@ type Pairing struct {
 	log   *slog.Logger
 	now   func() time.Time
 
+	keys      keys
 	addresses *buckets.Buckets[string]
 	all       *rate.Limiter
+	secrets   *buckets.Buckets[store.SecretHash]
 }
 
 // New is pairing as cfg says, on st, answering through api.
@@ -119,11 +132,16 @@ func New(cfg Config, st Store, api API, log *slog.Logger, now func() time.Time) 
 	if cfg.Rate <= 0 {
 		cfg.Rate = defaultRate
 	}
-	return &Pairing{
+	p := &Pairing{
 		cfg: cfg, store: st, api: api, log: log, now: now,
 		addresses: buckets.New[string](float64(cfg.PerAddress)/60, cfg.PerAddress),
 		all:       rate.NewLimiter(rate.Limit(float64(cfg.Rate)/60), cfg.Rate),
+		secrets:   buckets.New[store.SecretHash](float64(perSecret)/60, perSecret),
 	}
+	if cfg.Key != nil {
+		p.keys = deriveKeys(cfg.Key)
+	}
+	return p
 }
 
 // On says whether the relay pairs: whether it mints tokens.
@@ -132,6 +150,33 @@ func (p *Pairing) On() bool { return p != nil && p.cfg.Key != nil }
 // errRefused is the one answer to every code or secret refused, whatever
 // the reason, which only the log tells.
 var errRefused = &wire.Error{Status: http.StatusUnauthorized, Message: "The code or renewal secret is not valid."}
+
+// browserGuard refuses, before any budget is spent, what a web page can
+// send on its visitor's behalf without asking the relay first: a body
+// that is not JSON or MessagePack (a text/plain POST needs no CORS
+// preflight), and a request from an origin that may not pair. A request
+// without an Origin is no browser's.
+func (p *Pairing) browserGuard(r *http.Request) error {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err != nil, mt != wire.ContentJSON && mt != wire.ContentMsgpack && mt != "application/x-msgpack":
+		return wire.Errorf(http.StatusUnsupportedMediaType, "The body must be %s or %s.", wire.ContentJSON, wire.ContentMsgpack)
+	}
+	if o := r.Header.Get("Origin"); o != "" && !cors.SameOrigin(o, r.Host) && !slices.Contains(p.cfg.Origins, o) {
+		return wire.Errorf(http.StatusForbidden, "Pages from %s may not pair or renew: FN_CORS_ORIGINS does not list that origin.", o)
+	}
+	return nil
+}
+
+// admitSecret takes a token from a vouched secret's own bucket: a device
+// renewing never waits on guesses, whoever makes them.
+func (p *Pairing) admitSecret(h store.SecretHash) error {
+	if ok, wait := p.secrets.Take(h, p.now()); !ok {
+		return &wire.Error{Status: http.StatusTooManyRequests, Limit: LimitSecret, RetryAfter: wait,
+			Message: "Too many renewals of this secret; try again later."}
+	}
+	return nil
+}
 
 // admit takes a token from the client address's bucket, then from the
 // relay's: one address's guessing spends its own tokens first.

@@ -30,6 +30,8 @@ const (
 	codeCursorAhead     = "cursor_ahead"
 	codeUnavailable     = "unavailable"
 	codeInternal        = "internal"
+	codeDeviceExists    = "device_exists"
+	codeUnsupportedType = "unsupported_media_type"
 )
 
 // httpError is an error with the answer the client gets. Message is for the
@@ -118,6 +120,7 @@ func fromStore(err error) *httpError {
 var wireCodes = map[int]string{
 	http.StatusBadRequest: codeBadRequest, http.StatusUnauthorized: codeUnauthorized, http.StatusForbidden: codeForbidden,
 	http.StatusNotFound: codeNotFound, http.StatusRequestEntityTooLarge: codePayloadTooLarge, http.StatusTooManyRequests: codeRateLimited,
+	http.StatusConflict: codeDeviceExists, http.StatusUnsupportedMediaType: codeUnsupportedType,
 }
 
 // retryAfter is a jittered number of whole seconds, so that refused clients

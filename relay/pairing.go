@@ -2,11 +2,17 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 
+	"github.com/go-chi/chi/v5"
+
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/store"
+	"github.com/flamenet/relay/token"
+	"github.com/flamenet/relay/wake"
 )
 
 // Pairing's endpoints are package pairing's; here they are tied to the
@@ -20,7 +26,8 @@ func (s *Server) newPairing() *pairing.Pairing {
 	return pairing.New(pairing.Config{
 		Key: c.IssuerKey, InviteTTL: c.InviteTTL, AccessTokenTTL: c.AccessTokenTTL, RenewalTTL: c.RenewalTTL,
 		PublicURL: c.PublicURL, PerAddress: c.PairRatePerAddress, Rate: c.PairRate, TrustedProxies: c.TrustedProxies,
-	}, pairingStore{Store: s.store, memory: s.memory}, pairingAPI{s}, s.log, s.now)
+		Origins: c.CORSOrigins,
+	}, pairingStore{Store: s.store, memory: s.memory, hub: s.hub, log: s.log}, pairingAPI{s}, s.log, s.now)
 }
 
 // pairingOn answers 404 before anything else when the relay mints no
@@ -32,6 +39,14 @@ func (s *Server) pairingOn(p *pairing.Pairing, h http.HandlerFunc) http.HandlerF
 			return
 		}
 		h(w, r)
+	}
+}
+
+// cancelInvitation is p's DELETE /v1/invitations/{device}, given the name
+// from the route.
+func cancelInvitation(p *pairing.Pairing) func(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
+	return func(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
+		return p.CancelInvitation(w, r, c, chi.URLParam(r, "device"))
 	}
 }
 
@@ -61,12 +76,22 @@ func (a pairingAPI) NoteDevice(ctx context.Context, household, device string) {
 	noteDevice(ctx, household, device)
 }
 
-// pairingStore pairs through memory, which then knows the new device.
+// pairingStore pairs through memory, which then knows the new device; a
+// pairing that replaced a device ends the old one's held polls on every
+// relay, as a removal does.
 type pairingStore struct {
 	store.Store
 	memory *devices.Memory
+	hub    wake.Hub
+	log    *slog.Logger
 }
 
 func (p pairingStore) Pair(ctx context.Context, pp store.PairParams) (store.Grant, error) {
-	return p.memory.Pair(ctx, pp)
+	g, err := p.memory.Pair(ctx, pp)
+	if err == nil && g.Replaced {
+		if err := p.hub.Remove(context.WithoutCancel(ctx), device.KeyOf(g.Household, g.Device), g.RemovedAt); err != nil {
+			p.log.Warn("telling relays of a replaced device failed", "err", err)
+		}
+	}
+	return g, err
 }

@@ -176,8 +176,22 @@ func TestRenewRetryGrace(t *testing.T) {
 		if again.RenewalSecret == lost.RenewalSecret {
 			t.Fatal("the retry got the lost answer's secret again")
 		}
-		h.renewWith(lost.RenewalSecret, http.StatusUnauthorized) // revoked, and only it
-		h.renewWith(again.RenewalSecret, http.StatusOK)
+		next := h.renewWith(again.RenewalSecret, http.StatusOK)
+		// The lost answer's secret is revoked, and presenting it revokes
+		// the device's every secret: its holder may be a thief.
+		h.renewWith(lost.RenewalSecret, http.StatusUnauthorized)
+		h.renewWith(next.RenewalSecret, http.StatusUnauthorized)
+	})
+
+	t.Run("a second retry", func(t *testing.T) {
+		h, clk, admin := fresh(t)
+		c := h.pairWith(map[string]any{"code": h.invite(admin, "laptop", "").Code}, http.StatusOK)
+		h.renewWith(c.RenewalSecret, http.StatusOK)
+		clk.advance(time.Second)
+		again := h.renewWith(c.RenewalSecret, http.StatusOK)
+		clk.advance(time.Second)
+		h.renewWith(c.RenewalSecret, http.StatusUnauthorized) // once only
+		h.renewWith(again.RenewalSecret, http.StatusUnauthorized)
 	})
 
 	t.Run("reuse after the grace", func(t *testing.T) {
@@ -208,7 +222,7 @@ func TestPairAfterRemoval(t *testing.T) {
 	h, clk := newPairingHarness(t, nil)
 	admin := h.adminAt(clk.now())
 	c := h.pairWith(map[string]any{"code": h.invite(admin, "phone", "").Code}, http.StatusOK)
-	pending := h.invite(admin, "phone", "")
+	pending := h.inviteReplacing(admin, "phone")
 	clk.advance(time.Second)
 	h.must("DELETE", "/v1/devices/phone", h.adminAt(clk.now()), nil, http.StatusNoContent)
 	h.renewWith(c.RenewalSecret, http.StatusUnauthorized)
@@ -229,10 +243,11 @@ func TestInvitationLinks(t *testing.T) {
 		t.Helper()
 		var out pairing.InvitationResponse
 		h.must("POST", "/v1/invitations", admin, `{"device":"phone"}`, http.StatusCreated, header...).json(t, &out)
-		if !strings.HasSuffix(out.URL, "/console/#pair="+out.Code) {
-			t.Errorf("url %q does not end in the code", out.URL)
+		frag := "/console/#pair=" + out.Code + "&household=home"
+		if !strings.HasSuffix(out.URL, frag) {
+			t.Errorf("url %q does not end in the code and household", out.URL)
 		}
-		return strings.TrimSuffix(out.URL, "/console/#pair="+out.Code)
+		return strings.TrimSuffix(out.URL, frag)
 	}
 	public, clk := newPairingHarness(t, func(c *Config) { c.PublicURL = "https://relay.example/base" })
 	if got := link(public, public.adminAt(clk.now()), "X-Forwarded-Proto", "http"); got != "https://relay.example/base" {
@@ -352,8 +367,10 @@ func TestPairingStoresHashesOnly(t *testing.T) {
 		if bytes.Contains(files, []byte(s)) {
 			t.Errorf("the database holds %q", s)
 		}
-		if sum := sha256.Sum256([]byte(s)); !bytes.Contains(files, sum[:]) {
-			t.Errorf("the database lacks the SHA-256 of %q", s)
+		// A code is kept keyed: its plain hash, which one pass over every
+		// code finds, is not in the database.
+		if sum := sha256.Sum256([]byte(s)); bytes.Contains(files, sum[:]) != (s != norm) {
+			t.Errorf("the database holding the SHA-256 of %q is %v", s, s == norm)
 		}
 	}
 	if bytes.Contains(files, []byte(inv.Code)) || bytes.Contains(files, []byte(strings.ReplaceAll(inv.Code, "-", " "))) {

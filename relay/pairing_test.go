@@ -31,6 +31,7 @@ func newClock() *clock {
 
 func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *clock) set(t time.Time)         { c.ns.Store(t.UnixNano()) }
 
 // newPairingHarness is a relay on SQLite whose clock the test moves.
 func newPairingHarness(t *testing.T, mutate func(*Config)) (*harness, *clock) {
@@ -75,9 +76,19 @@ func (h *harness) adminAt(now time.Time) string {
 
 func (h *harness) invite(admin, device, scope string) pairing.InvitationResponse {
 	h.t.Helper()
-	body := map[string]any{"device": device}
-	if scope != "" {
-		body["scope"] = scope
+	return h.inviteWith(admin, map[string]any{"device": device, "scope": scope})
+}
+
+// inviteReplacing invites device, replacing the device of that name.
+func (h *harness) inviteReplacing(admin, device string) pairing.InvitationResponse {
+	h.t.Helper()
+	return h.inviteWith(admin, map[string]any{"device": device, "replace": true})
+}
+
+func (h *harness) inviteWith(admin string, body map[string]any) pairing.InvitationResponse {
+	h.t.Helper()
+	if body["scope"] == "" {
+		delete(body, "scope")
 	}
 	var out pairing.InvitationResponse
 	h.must("POST", "/v1/invitations", admin, body, http.StatusCreated).json(h.t, &out)
@@ -86,8 +97,13 @@ func (h *harness) invite(admin, device, scope string) pairing.InvitationResponse
 
 func (h *harness) pairWith(body any, want int) pairing.CredentialsResponse {
 	h.t.Helper()
+	return h.pairWithHeader(body, want)
+}
+
+func (h *harness) pairWithHeader(body any, want int, header ...string) pairing.CredentialsResponse {
+	h.t.Helper()
 	var out pairing.CredentialsResponse
-	r := h.must("POST", "/v1/pair", "", body, want)
+	r := h.must("POST", "/v1/pair", "", body, want, header...)
 	if want == http.StatusOK {
 		r.json(h.t, &out)
 	}
@@ -115,7 +131,7 @@ func TestPairEndToEnd(t *testing.T) {
 	if inv.Device != "phone" || inv.Scope != "device" || inv.Household != "home" {
 		t.Fatalf("invitation %+v", inv)
 	}
-	if want := h.url + "/console/#pair=" + inv.Code; inv.URL != want {
+	if want := h.url + "/console/#pair=" + inv.Code + "&household=home"; inv.URL != want {
 		t.Errorf("url = %q, want %q", inv.URL, want)
 	}
 	if want := wire.Timestamp(now.UTC().Truncate(time.Microsecond).Add(10 * time.Minute)); inv.ExpiresAt != want {
@@ -131,8 +147,8 @@ func TestPairEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if claims.Household != "home" || claims.Device != "phone" || claims.Scope != "device" ||
-		claims.IssuedAt.Unix() != now.Unix() || claims.Expires.Sub(claims.IssuedAt) != 20*time.Minute {
-		t.Errorf("claims %+v, want home/phone/device issued now for 20m", claims)
+		!claims.IssuedAt.Equal(now.UTC().Truncate(time.Microsecond)) || !claims.Expires.Equal(claims.IssuedAt.Add(20*time.Minute).Truncate(time.Second)) {
+		t.Errorf("claims %+v, want home/phone/device issued now (to the microsecond) for 20m", claims)
 	}
 	if want := wire.Timestamp(claims.Expires); c.AccessExpiresAt != want {
 		t.Errorf("access_expires_at = %q, want %q", c.AccessExpiresAt, want)
@@ -216,7 +232,7 @@ func TestPairRefusalsAlike(t *testing.T) {
 	h.invite(admin, "twice", "")
 	removed := h.invite(admin, "gone", "")
 	gone := h.pairWith(map[string]any{"code": removed.Code}, http.StatusOK)
-	removedAgain := h.invite(admin, "gone", "") // pending when removed
+	removedAgain := h.inviteReplacing(admin, "gone") // pending when removed
 	clk.advance(time.Second)
 	h.must("DELETE", "/v1/devices/gone", h.adminAt(clk.now()), nil, http.StatusNoContent)
 	second := h.renewWith(first.RenewalSecret, http.StatusOK)

@@ -68,7 +68,7 @@ func Handler(allowed []string, router chi.Router, refused func(origin string), n
 		}
 		origin := r.Header.Get("Origin")
 		if !o.allows(origin) {
-			if origin != "" && refused != nil && !sameOrigin(origin, r.Host) {
+			if origin != "" && refused != nil && !SameOrigin(origin, r.Host) {
 				refused(origin)
 			}
 			next.ServeHTTP(w, r)
@@ -100,9 +100,9 @@ func Handler(allowed []string, router chi.Router, refused func(origin string), n
 	})
 }
 
-// sameOrigin reports whether origin names the host the request was sent to
+// SameOrigin reports whether origin names the host the request was sent to
 // (the scheme is not compared: behind a TLS proxy the relay sees HTTP).
-func sameOrigin(origin, host string) bool {
+func SameOrigin(origin, host string) bool {
 	_, rest, ok := strings.Cut(origin, "://")
 	return ok && strings.EqualFold(rest, host)
 }

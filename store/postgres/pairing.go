@@ -188,7 +188,7 @@ FROM invitations i WHERE code_hash = $1 FOR UPDATE OF i`, p.Code[:]).
 	if g.Replaced = taken; taken {
 		// A removal, then a new life: the old device's credentials,
 		// envelopes and key go, and the new one registers after it.
-		if g.RemovedAt, err = removeDevice(ctx, tx, g.Household, g.Device, p.Now.Add(-time.Microsecond), p.Code[:]); err != nil {
+		if g.RemovedAt, err = removeDevice(ctx, tx, g.Household, g.Device, p.Now, p.Code[:]); err != nil {
 			return store.Grant{}, err
 		}
 		issuedAt = g.RemovedAt.Add(time.Microsecond)

@@ -170,7 +170,7 @@ func (db *DB) Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 		if g.Replaced = taken; taken {
 			// A removal, then a new life: the old device's credentials,
 			// envelopes and key go, and the new one registers after it.
-			if g.RemovedAt, err = removeDevice(ctx, tx, g.Household, g.Device, p.Now.Add(-time.Microsecond), p.Code[:]); err != nil {
+			if g.RemovedAt, err = removeDevice(ctx, tx, g.Household, g.Device, p.Now, p.Code[:]); err != nil {
 				return err
 			}
 			issuedAt = g.RemovedAt.Add(time.Microsecond)

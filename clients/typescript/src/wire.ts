@@ -101,18 +101,41 @@ export interface InvitationRequest {
   device: string;
   /** The paired device's tokens' scope (default "device"). */
   scope?: "device" | "admin";
+  /** The device may exist: redeeming the invitation removes it first (otherwise a device of that name is 409 device_exists). */
+  replace?: boolean;
 }
 
 /** POST /v1/invitations's 201 (schema InvitationResponse). */
 export interface InvitationResponse {
   /** Single use; shown only here. */
   code: string;
-  /** <base>/console/#pair=<code>. */
+  /** <base>/console/#pair=<code>&household=<household>. */
   url: string;
   household: string;
   device: string;
   scope: "device" | "admin";
+  replace: boolean;
   expires_at: string;
+}
+
+/** One invitation in GET /v1/invitations (schema Invitation). */
+export interface Invitation {
+  device: string;
+  scope: "device" | "admin";
+  expires_at: string;
+  /** null while pending. */
+  redeemed_at: string | null;
+  /** Standard base64 of the key the redeeming device gave, or null. */
+  identity_key: string | null;
+  /** Redeeming it removes the device of that name first. */
+  replace: boolean;
+  /** The device whose admin token made it. */
+  created_by: string;
+}
+
+/** GET /v1/invitations's 200 (schema InvitationsResponse). */
+export interface InvitationsResponse {
+  invitations: Invitation[];
 }
 
 /** Every error answer's body (schema Error). */

@@ -25,7 +25,7 @@ test("an admin invites a device, which pairs with the code and is listed; remove
   const inv = await admin.invite("phone");
   assert.match(inv.code, /^[0-9A-Z]{5}-[0-9A-Z]{5}$/);
   assert.deepEqual([inv.household, inv.device, inv.scope], [hh, "phone", "device"]);
-  assert.equal(inv.url, `${relay.url}/console/#pair=${inv.code}`);
+  assert.equal(inv.url, `${relay.url}/console/#pair=${inv.code}&household=${hh}`);
   assert.ok(Date.parse(inv.expires_at) > Date.now());
 
   const creds = await pair(relay.url, inv.code);
@@ -58,4 +58,26 @@ test("an admin invitation pairs a device of admin scope, which may invite in tur
   const laptop = new RelayClient({ url: relay.url, token: creds.access_token });
   const next = await laptop.invite("watch");
   assert.equal(next.household, hh);
+});
+
+test("an invitation for a device in use is refused unless it replaces it; a pending one is listed and cancelled", async () => {
+  const hh = household();
+  const admin = new RelayClient({ url: relay.url, token: await relay.token(hh, "admin", "admin") });
+  await admin.register();
+  const first = await pair(relay.url, (await admin.invite("phone")).code);
+  await assert.rejects(admin.invite("phone"), (e: unknown) => e instanceof RelayError && e.status === 409 && e.code === "device_exists");
+
+  const inv = await admin.invite("phone", { replace: true });
+  assert.equal(inv.replace, true);
+  const pending = (await admin.invitations()).invitations.filter((i) => i.redeemed_at === null);
+  assert.deepEqual(pending.map((i) => [i.device, i.replace, i.created_by]), [["phone", true, "admin"]]);
+  await admin.cancelInvitation("phone");
+  await assert.rejects(pair(relay.url, inv.code), status(401));
+  await assert.rejects(admin.cancelInvitation("phone"), status(404));
+
+  // Replacing: the old device's token is refused, the new one's works.
+  const again = await admin.invite("phone", { replace: true });
+  const second = await pair(relay.url, again.code);
+  await assert.rejects(new RelayClient({ url: relay.url, token: first.access_token }).register(), status(401));
+  await new RelayClient({ url: relay.url, token: second.access_token }).register();
 });
