@@ -90,11 +90,24 @@ func TestConsole(t *testing.T) {
 	}
 	adminCode := m[1]
 
-	b.Navigate(base + "/console/")
-	b.WaitFor("the pairing form", `!document.getElementById("pair").hidden`)
-	b.Eval(`document.getElementById("code").value = `+js(adminCode), nil)
+	// A fragment that does not decode is no link: the page starts.
+	b.Navigate(base + "/console/#%E0")
+	b.WaitFor("the pairing form, after a fragment that does not decode", `!document.getElementById("pair").hidden && document.getElementById("notice").hidden`)
+	b.Navigate("about:blank")
+
+	// The link's code pairs only once the household it names is confirmed.
+	b.Navigate(base + "/console/#pair=" + adminCode + "&household=home")
+	b.WaitFor("the pairing form with the link's code and household", `!document.getElementById("pair-link").hidden &&
+		document.getElementById("pair-household").textContent === "home" && document.getElementById("code").value === `+js(adminCode))
 	shot("pair")
 	b.Eval(`document.getElementById("pair-form").requestSubmit()`, nil)
+	b.WaitFor("the confirmation naming the household", `document.getElementById("confirm-pair").open && document.getElementById("confirm-pair-household").textContent === "home"`)
+	var before any
+	b.Eval(`localStorage.getItem("relay-console")`, &before)
+	if before != nil {
+		t.Fatalf("the browser paired before the household was confirmed: %v", before)
+	}
+	b.Eval(`document.getElementById("confirm-pair-ok").click()`, nil)
 	b.WaitFor("the household's devices", `document.querySelector('#device-rows tr[data-device="browser"]')`)
 	var stored struct{ Household, Device, Scope, URL string }
 	b.Eval(`JSON.parse(localStorage.getItem("relay-console"))`, &stored)
@@ -112,7 +125,7 @@ func TestConsole(t *testing.T) {
 	b.Eval(`({code: document.getElementById("inv-code").textContent, expires: document.getElementById("inv-expires").textContent,
 		command: document.getElementById("inv-command").textContent, link: document.getElementById("inv-link").textContent,
 		qr: document.getElementById("qr").naturalWidth})`, &inv)
-	if !regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{5}-[0-9A-HJKMNP-TV-Z]{5}$`).MatchString(inv.Code) || inv.Link != base+"/console/#pair="+inv.Code ||
+	if !regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{5}-[0-9A-HJKMNP-TV-Z]{5}$`).MatchString(inv.Code) || inv.Link != base+"/console/#pair="+inv.Code+"&household=home" ||
 		!regexp.MustCompile(`\(in (9|10) minutes\)$`).MatchString(inv.Expires) ||
 		inv.Command != "relay pair -url "+base+" -code "+inv.Code+" -store phone.json" {
 		t.Fatalf("the invitation on the page: %+v", inv)
@@ -124,6 +137,7 @@ func TestConsole(t *testing.T) {
 	if want := len(q.Bitmap()) * console.ModulePixels; inv.QR != want {
 		t.Errorf("the QR code is %d pixels wide, the link's is %d", inv.QR, want)
 	}
+	b.WaitFor("the phone's invitation listed as pending", `document.querySelector('#pending-rows tr[data-device="phone"]')`)
 	shot("invite")
 
 	// The phone pairs with the command line, and a laptop sends to it.
@@ -136,6 +150,20 @@ func TestConsole(t *testing.T) {
 	cli("send", "-url", base, "-token", laptop, "-to", "phone", "hello, phone")
 	if got := cli("listen", "-store", filepath.Join(dir, "phone.json"), "-count", "1"); !strings.Contains(got, `"payload":"aGVsbG8sIHBob25l"`) {
 		t.Errorf("the phone received %s", got)
+	}
+
+	// A tablet's invitation, cancelled from the list: its code no longer
+	// pairs, and the invitation shown goes (hidden wins over its flex).
+	b.Eval(`document.getElementById("invite-device").value = "tablet"; document.getElementById("invite-form").requestSubmit()`, nil)
+	b.WaitFor("the tablet's invitation, pending", `document.getElementById("inv-code").textContent !== `+js(inv.Code)+` &&
+		document.querySelector('#pending-rows tr[data-device="tablet"]')`)
+	var tabletCode string
+	b.Eval(`document.getElementById("inv-code").textContent`, &tabletCode)
+	b.Eval(`document.querySelector('#pending-rows tr[data-device="tablet"] button').click()`, nil)
+	b.WaitFor("the tablet's invitation cancelled and hidden", `!document.querySelector('#pending-rows tr[data-device="tablet"]') &&
+		getComputedStyle(document.getElementById("invitation")).display === "none"`)
+	if status, body := request(t, "POST", base+"/v1/pair", "", `{"code":"`+tabletCode+`"}`); status != http.StatusUnauthorized {
+		t.Errorf("pairing with a cancelled code: %d %s", status, body)
 	}
 
 	b.Eval(`document.getElementById("refresh").click()`, nil)
@@ -173,7 +201,7 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := p.logs()
-	for _, c := range []string{adminCode, inv.Code, strings.ReplaceAll(inv.Code, "-", "")} {
+	for _, c := range []string{adminCode, inv.Code, strings.ReplaceAll(inv.Code, "-", ""), tabletCode} {
 		if strings.Contains(logs, c) {
 			t.Errorf("the relay's log holds the code %s", c)
 		}

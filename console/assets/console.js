@@ -49,13 +49,30 @@ function describe(e) {
     }
     return e instanceof Error ? e.message : String(e);
 }
-/** The code of a pairing link (#pair=CODE), taken off the address so that it stays out of the history. */
-function takePairCode() {
-    const m = /^#pair=([0-9A-Za-z -]{1,32})$/.exec(decodeURIComponent(location.hash));
-    if (location.hash)
+/**
+ * The code and household of a pairing link (#pair=CODE&household=NAME),
+ * taken off the address so that they stay out of the history. A fragment
+ * that is not one (or does not decode) is no link.
+ */
+function takePairLink() {
+    const hash = location.hash;
+    if (hash)
         history.replaceState(null, "", location.pathname + location.search);
-    return m ? m[1] : "";
+    let params;
+    try {
+        params = new URLSearchParams(hash.slice(1));
+    }
+    catch {
+        return { code: "", household: "" };
+    }
+    const code = params.get("pair") ?? "";
+    const household = params.get("household") ?? "";
+    if (!/^[0-9A-Za-z -]{1,32}$/.test(code))
+        return { code: "", household: "" };
+    return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "" };
 }
+/** The link this page was opened with, while its code is in the form. */
+let link = { code: "", household: "" };
 function ago(iso) {
     const s = (Date.now() - Date.parse(iso)) / 1000;
     if (!Number.isFinite(s))
@@ -81,9 +98,11 @@ function until(iso) {
 function showPair(code, notice = "") {
     stop();
     say("notice", notice);
-    for (const id of ["who", "devices", "invite", "forget-bar"])
+    for (const id of ["who", "devices", "invite", "pending", "forget-bar"])
         show(id, false);
     show("pair", true);
+    el("pair-household").textContent = link.household || "(not named)";
+    show("pair-link", code !== "" && code === link.code);
     const input = el("code");
     input.value = code;
     input.focus();
@@ -121,7 +140,7 @@ async function open() {
     const who = c.credentials;
     el("household").textContent = `Household ${who.household}`;
     el("self").textContent = who.device;
-    for (const id of ["who", "devices", "invite", "forget-bar"])
+    for (const id of ["who", "devices", "invite", "pending", "forget-bar"])
         show(id, true);
     show("pair", false);
     await refresh();
@@ -154,6 +173,52 @@ async function refresh() {
     for (const d of all)
         rows.push(await row(d, d.device === self));
     el("device-rows").replaceChildren(...rows);
+    await refreshPending(c);
+}
+/** Lists the household's pending invitations, each with a Cancel button. */
+async function refreshPending(c) {
+    let pending;
+    try {
+        pending = (await c.invitations()).invitations.filter((i) => i.redeemed_at === null);
+    }
+    catch (e) {
+        if (c === client)
+            say("pending-error", `The invitations could not be read: ${describe(e)}`);
+        return;
+    }
+    if (c !== client)
+        return;
+    say("pending-error", "");
+    const rows = pending.map((inv) => {
+        const tr = node("tr");
+        tr.dataset.device = inv.device;
+        const name = node("td", inv.device, "name");
+        if (inv.replace)
+            name.append(node("span", "replaces the device", "tag"));
+        const action = node("td", "", "action");
+        const b = node("button", "Cancel", "remove");
+        b.type = "button";
+        b.addEventListener("click", () => void cancelInvitation(inv.device));
+        action.append(b);
+        tr.append(name, node("td", inv.scope), node("td", until(inv.expires_at)), node("td", inv.created_by), action);
+        return tr;
+    });
+    el("pending-rows").replaceChildren(...rows);
+    show("pending-none", rows.length === 0);
+}
+async function cancelInvitation(device) {
+    if (!client)
+        return;
+    try {
+        await client.cancelInvitation(device);
+        say("pending-error", "");
+    }
+    catch (e) {
+        say("pending-error", `The invitation of ${device} could not be cancelled: ${describe(e)}`);
+    }
+    if (el("inv-device").dataset.device === device)
+        show("invitation", false);
+    await refresh();
 }
 async function row(d, self) {
     const tr = node("tr");
@@ -201,16 +266,21 @@ async function invite(ev) {
         return;
     const device = el("invite-device").value.trim();
     const scope = el("invite-admin").checked ? "admin" : "device";
+    const replace = el("invite-replace").checked;
     let inv;
     try {
-        inv = await client.invite(device, { scope });
+        inv = await client.invite(device, { scope, replace });
     }
     catch (e) {
-        say("invite-error", `The invitation failed: ${describe(e)}`);
+        const why = e instanceof RelayError && e.code === "device_exists"
+            ? `A device named ${device} exists. To pair a new device in its place, tick "replace the device of that name": pairing then removes the old one, its envelopes and its credentials.`
+            : `The invitation failed: ${describe(e)}`;
+        say("invite-error", why);
         return;
     }
     say("invite-error", "");
-    el("inv-device").textContent = scope === "admin" ? `${inv.device} (admin)` : inv.device;
+    el("inv-device").textContent = `${inv.device}${scope === "admin" ? " (admin)" : ""}${inv.replace ? ", replacing the device of that name" : ""}`;
+    el("inv-device").dataset.device = inv.device;
     el("inv-code").textContent = inv.code;
     el("inv-expires").textContent = until(inv.expires_at);
     el("inv-command").textContent = `relay pair -url ${base} -code ${inv.code} -store ${inv.device}.json`;
@@ -221,6 +291,7 @@ async function invite(ev) {
     qrURL = undefined;
     img.removeAttribute("src");
     show("invitation", true);
+    void refresh();
     try {
         qrURL = await qrCode(inv.code);
         img.src = qrURL;
@@ -255,8 +326,18 @@ async function qrCode(code) {
         throw new Error(`the relay answered ${resp.status}`);
     return URL.createObjectURL(await resp.blob());
 }
-async function submitPair(ev) {
+/** A link's code pairs only once its household is confirmed; a typed one at once. */
+function submitPair(ev) {
     ev.preventDefault();
+    const code = el("code").value;
+    if (link.code !== "" && code === link.code) {
+        el("confirm-pair-household").textContent = link.household || "(the link names none)";
+        el("confirm-pair").showModal();
+        return;
+    }
+    void doPair();
+}
+async function doPair() {
     const button = el("pair-submit");
     button.disabled = true;
     say("pair-error", "");
@@ -271,11 +352,22 @@ async function submitPair(ev) {
     finally {
         button.disabled = false;
     }
+    const named = link.household;
+    link = { code: "", household: "" };
     say("notice", "");
     await open();
+    const paired = creds?.credentials.household;
+    if (named && paired && paired !== named) {
+        say("notice", `The link named household ${named}, but its code paired this browser with household ${paired}. If that is not yours, forget this browser's credentials below.`);
+    }
 }
 async function start() {
-    el("pair-form").addEventListener("submit", (ev) => void submitPair(ev));
+    el("pair-form").addEventListener("submit", (ev) => submitPair(ev));
+    el("confirm-pair-ok").addEventListener("click", () => {
+        el("confirm-pair").close();
+        void doPair();
+    });
+    el("confirm-pair-cancel").addEventListener("click", () => el("confirm-pair").close());
     el("invite-form").addEventListener("submit", (ev) => void invite(ev));
     el("refresh").addEventListener("click", () => void refresh());
     el("confirm-remove").addEventListener("click", () => void remove());
@@ -284,7 +376,8 @@ async function start() {
         forget();
         showPair("", "This browser's credentials are forgotten. To remove it from the household too, remove it from another admin device.");
     });
-    const code = takePairCode();
+    link = takePairLink();
+    const code = link.code;
     if ((await store.load()) === undefined) {
         showPair(code);
         return;

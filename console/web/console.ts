@@ -11,7 +11,7 @@ import type { Credentials } from "./client/credentials.js";
 import { RelayError } from "./client/errors.js";
 import { decodeBase64 } from "./client/base64.js";
 import { fingerprint } from "./client/fingerprint.js";
-import type { Device, InvitationResponse } from "./client/wire.js";
+import type { Device, Invitation, InvitationResponse } from "./client/wire.js";
 
 const STORAGE_KEY = "relay-console";
 const REFRESH_MS = 10_000;
@@ -56,12 +56,34 @@ function describe(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** The code of a pairing link (#pair=CODE), taken off the address so that it stays out of the history. */
-function takePairCode(): string {
-  const m = /^#pair=([0-9A-Za-z -]{1,32})$/.exec(decodeURIComponent(location.hash));
-  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
-  return m ? m[1]! : "";
+/** A pairing link's code and the household it names. */
+interface PairLink {
+  code: string;
+  household: string;
 }
+
+/**
+ * The code and household of a pairing link (#pair=CODE&household=NAME),
+ * taken off the address so that they stay out of the history. A fragment
+ * that is not one (or does not decode) is no link.
+ */
+function takePairLink(): PairLink {
+  const hash = location.hash;
+  if (hash) history.replaceState(null, "", location.pathname + location.search);
+  let params: URLSearchParams;
+  try {
+    params = new URLSearchParams(hash.slice(1));
+  } catch {
+    return { code: "", household: "" };
+  }
+  const code = params.get("pair") ?? "";
+  const household = params.get("household") ?? "";
+  if (!/^[0-9A-Za-z -]{1,32}$/.test(code)) return { code: "", household: "" };
+  return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "" };
+}
+
+/** The link this page was opened with, while its code is in the form. */
+let link: PairLink = { code: "", household: "" };
 
 function ago(iso: string): string {
   const s = (Date.now() - Date.parse(iso)) / 1000;
@@ -84,8 +106,10 @@ function until(iso: string): string {
 function showPair(code: string, notice = ""): void {
   stop();
   say("notice", notice);
-  for (const id of ["who", "devices", "invite", "forget-bar"]) show(id, false);
+  for (const id of ["who", "devices", "invite", "pending", "forget-bar"]) show(id, false);
   show("pair", true);
+  el("pair-household").textContent = link.household || "(not named)";
+  show("pair-link", code !== "" && code === link.code);
   const input = el<HTMLInputElement>("code");
   input.value = code;
   input.focus();
@@ -126,7 +150,7 @@ async function open(): Promise<void> {
   const who: Credentials = c.credentials;
   el("household").textContent = `Household ${who.household}`;
   el("self").textContent = who.device;
-  for (const id of ["who", "devices", "invite", "forget-bar"]) show(id, true);
+  for (const id of ["who", "devices", "invite", "pending", "forget-bar"]) show(id, true);
   show("pair", false);
   await refresh();
   refreshTimer = setInterval(() => void refresh(), REFRESH_MS);
@@ -154,6 +178,47 @@ async function refresh(): Promise<void> {
   const rows: HTMLTableRowElement[] = [];
   for (const d of all) rows.push(await row(d, d.device === self));
   el("device-rows").replaceChildren(...rows);
+  await refreshPending(c);
+}
+
+/** Lists the household's pending invitations, each with a Cancel button. */
+async function refreshPending(c: RelayClient): Promise<void> {
+  let pending: Invitation[];
+  try {
+    pending = (await c.invitations()).invitations.filter((i) => i.redeemed_at === null);
+  } catch (e) {
+    if (c === client) say("pending-error", `The invitations could not be read: ${describe(e)}`);
+    return;
+  }
+  if (c !== client) return;
+  say("pending-error", "");
+  const rows = pending.map((inv) => {
+    const tr = node("tr");
+    tr.dataset.device = inv.device;
+    const name = node("td", inv.device, "name");
+    if (inv.replace) name.append(node("span", "replaces the device", "tag"));
+    const action = node("td", "", "action");
+    const b = node("button", "Cancel", "remove");
+    b.type = "button";
+    b.addEventListener("click", () => void cancelInvitation(inv.device));
+    action.append(b);
+    tr.append(name, node("td", inv.scope), node("td", until(inv.expires_at)), node("td", inv.created_by), action);
+    return tr;
+  });
+  el("pending-rows").replaceChildren(...rows);
+  show("pending-none", rows.length === 0);
+}
+
+async function cancelInvitation(device: string): Promise<void> {
+  if (!client) return;
+  try {
+    await client.cancelInvitation(device);
+    say("pending-error", "");
+  } catch (e) {
+    say("pending-error", `The invitation of ${device} could not be cancelled: ${describe(e)}`);
+  }
+  if (el("inv-device").dataset.device === device) show("invitation", false);
+  await refresh();
 }
 
 async function row(d: Device, self: boolean): Promise<HTMLTableRowElement> {
@@ -202,15 +267,21 @@ async function invite(ev: SubmitEvent): Promise<void> {
   if (!client) return;
   const device = el<HTMLInputElement>("invite-device").value.trim();
   const scope = el<HTMLInputElement>("invite-admin").checked ? "admin" : "device";
+  const replace = el<HTMLInputElement>("invite-replace").checked;
   let inv: InvitationResponse;
   try {
-    inv = await client.invite(device, { scope });
+    inv = await client.invite(device, { scope, replace });
   } catch (e) {
-    say("invite-error", `The invitation failed: ${describe(e)}`);
+    const why =
+      e instanceof RelayError && e.code === "device_exists"
+        ? `A device named ${device} exists. To pair a new device in its place, tick "replace the device of that name": pairing then removes the old one, its envelopes and its credentials.`
+        : `The invitation failed: ${describe(e)}`;
+    say("invite-error", why);
     return;
   }
   say("invite-error", "");
-  el("inv-device").textContent = scope === "admin" ? `${inv.device} (admin)` : inv.device;
+  el("inv-device").textContent = `${inv.device}${scope === "admin" ? " (admin)" : ""}${inv.replace ? ", replacing the device of that name" : ""}`;
+  el("inv-device").dataset.device = inv.device;
   el("inv-code").textContent = inv.code;
   el("inv-expires").textContent = until(inv.expires_at);
   el("inv-command").textContent = `relay pair -url ${base} -code ${inv.code} -store ${inv.device}.json`;
@@ -220,6 +291,7 @@ async function invite(ev: SubmitEvent): Promise<void> {
   qrURL = undefined;
   img.removeAttribute("src");
   show("invitation", true);
+  void refresh();
   try {
     qrURL = await qrCode(inv.code);
     img.src = qrURL;
@@ -254,8 +326,19 @@ async function qrCode(code: string): Promise<string> {
   return URL.createObjectURL(await resp.blob());
 }
 
-async function submitPair(ev: SubmitEvent): Promise<void> {
+/** A link's code pairs only once its household is confirmed; a typed one at once. */
+function submitPair(ev: SubmitEvent): void {
   ev.preventDefault();
+  const code = el<HTMLInputElement>("code").value;
+  if (link.code !== "" && code === link.code) {
+    el("confirm-pair-household").textContent = link.household || "(the link names none)";
+    el<HTMLDialogElement>("confirm-pair").showModal();
+    return;
+  }
+  void doPair();
+}
+
+async function doPair(): Promise<void> {
   const button = el<HTMLButtonElement>("pair-submit");
   button.disabled = true;
   say("pair-error", "");
@@ -268,12 +351,23 @@ async function submitPair(ev: SubmitEvent): Promise<void> {
   } finally {
     button.disabled = false;
   }
+  const named = link.household;
+  link = { code: "", household: "" };
   say("notice", "");
   await open();
+  const paired = creds?.credentials.household;
+  if (named && paired && paired !== named) {
+    say("notice", `The link named household ${named}, but its code paired this browser with household ${paired}. If that is not yours, forget this browser's credentials below.`);
+  }
 }
 
 async function start(): Promise<void> {
-  el<HTMLFormElement>("pair-form").addEventListener("submit", (ev) => void submitPair(ev));
+  el<HTMLFormElement>("pair-form").addEventListener("submit", (ev) => submitPair(ev));
+  el("confirm-pair-ok").addEventListener("click", () => {
+    el<HTMLDialogElement>("confirm-pair").close();
+    void doPair();
+  });
+  el("confirm-pair-cancel").addEventListener("click", () => el<HTMLDialogElement>("confirm-pair").close());
   el<HTMLFormElement>("invite-form").addEventListener("submit", (ev) => void invite(ev));
   el("refresh").addEventListener("click", () => void refresh());
   el("confirm-remove").addEventListener("click", () => void remove());
@@ -282,7 +376,8 @@ async function start(): Promise<void> {
     forget();
     showPair("", "This browser's credentials are forgotten. To remove it from the household too, remove it from another admin device.");
   });
-  const code = takePairCode();
+  link = takePairLink();
+  const code = link.code;
   if ((await store.load()) === undefined) {
     showPair(code);
     return;

@@ -70,13 +70,29 @@ export class RelayClient {
      * Invites a device of the token's household (admin tokens only; POST
      * /v1/invitations): its single-use code, which the new device redeems
      * with pair, and the code's expiry. Inviting a device again replaces
-     * its unredeemed code.
+     * its unredeemed code. A device of that name that exists is a RelayError
+     * of status 409 (device_exists) unless replace is true: redeeming the
+     * invitation then removes that device first.
      */
     async invite(device, opts = {}) {
         const body = { device };
         if (opts.scope !== undefined)
             body.scope = opts.scope;
+        if (opts.replace)
+            body.replace = true;
         return (await this.request("POST", "/v1/invitations", body, 201, this.requestTimeoutMs, opts.signal));
+    }
+    /** The household's pending invitations and those redeemed in the last day (admin tokens only; GET /v1/invitations). */
+    async invitations(opts = {}) {
+        return (await this.request("GET", "/v1/invitations", undefined, 200, this.requestTimeoutMs, opts.signal));
+    }
+    /**
+     * Cancels a device's pending invitation (admin tokens only; DELETE
+     * /v1/invitations/{device}): its code no longer pairs. A RelayError of
+     * status 404 when none is pending.
+     */
+    async cancelInvitation(device, opts = {}) {
+        await this.request("DELETE", `/v1/invitations/${encodeURIComponent(device)}`, undefined, 204, this.requestTimeoutMs, opts.signal);
     }
     /**
      * Removes a device of the token's household (admin tokens only; DELETE
