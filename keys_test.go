@@ -299,3 +299,30 @@ func TestPubkey(t *testing.T) {
 		t.Error("pubkey of a missing file succeeded")
 	}
 }
+
+// TestLooseIssuerKeyWarned: a relay whose issuer key file others may read
+// says so when it starts, and one whose file is 0600 does not.
+func TestLooseIssuerKeyWarned(t *testing.T) {
+	for _, mode := range []os.FileMode{0o644, 0o600} {
+		dir := t.TempDir()
+		keyFile := filepath.Join(dir, "issuer.key")
+		if err := run(context.Background(), []string{"keygen", "-out", keyFile}, env(nil), io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(keyFile, mode); err != nil {
+			t.Fatal(err)
+		}
+		p := start(t, map[string]string{
+			"FN_LISTEN":          "127.0.0.1:0",
+			"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+			"FN_ISSUER_KEY_FILE": keyFile,
+		})
+		if _, err := p.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(p.logs(), "the issuer key file may be read by other users")
+		if warned != (mode == 0o644) || (warned && !strings.Contains(p.logs(), "mode=0644")) {
+			t.Errorf("key file mode %04o: warned %v; log:\n%s", mode, warned, p.logs())
+		}
+	}
+}

@@ -142,6 +142,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		if created {
 			log.Info("created an issuer key", "file", cfg.IssuerKeyFile)
+		} else if fi, err := os.Stat(cfg.IssuerKeyFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			// Not refused: secret mounts are often 0644 by default. But
+			// whoever reads it mints tokens for every household.
+			log.Warn("the issuer key file may be read by other users of this machine, who could then mint tokens for every household: make it mode 0600 (or 0400), owned by the relay's user",
+				"file", cfg.IssuerKeyFile, "mode", fmt.Sprintf("%04o", fi.Mode().Perm()))
 		}
 		keys = []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}
 		minted = key

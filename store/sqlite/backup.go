@@ -33,7 +33,7 @@ func Backup(ctx context.Context, path, dst string) error {
 		return fmt.Errorf("sqlite: backup: %w", err)
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
+	if err := vacuumInto(ctx, db, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("sqlite: backup: %w", err)
 	}
@@ -46,6 +46,21 @@ func Backup(ctx context.Context, path, dst string) error {
 		return fmt.Errorf("sqlite: backup: %w", err)
 	}
 	return syncDir(filepath.Dir(dst))
+}
+
+// vacuumInto writes db's copy to tmp, created first, empty and mode 0600
+// (SQLite takes an empty file), so that the copy is never readable by
+// others, not even while it is written; O_EXCL: never through a link.
+func vacuumInto(ctx context.Context, db *sql.DB, tmp string) error {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, `VACUUM INTO ?`, tmp)
+	return err
 }
 
 // Restore puts the backup src in place of the database at path. It
