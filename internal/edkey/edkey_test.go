@@ -3,7 +3,10 @@ package edkey
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 )
 
@@ -59,5 +62,41 @@ func TestMontgomery(t *testing.T) {
 	}
 	if _, err := Montgomery(make([]byte, 32)); err == nil {
 		t.Fatal("Montgomery of a small-order point succeeded")
+	}
+}
+
+// TestSharedVectors: the verdict of every identity key the TypeScript
+// client is held to as well (clients/testdata/keys).
+func TestSharedVectors(t *testing.T) {
+	b, err := os.ReadFile("../../clients/testdata/keys/identity_keys.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Keys []struct{ Key, Verdict, Note string }
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]error{"ok": nil, "small_order": ErrSmallOrder, "not_a_point": ErrNotCanonical}
+	small := 0
+	for _, v := range file.Keys {
+		key, err := hex.DecodeString(v.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok := want[v.Verdict]
+		if !ok {
+			t.Fatalf("%s: verdict %q", v.Key, v.Verdict)
+		}
+		if err := Check(key); !errors.Is(err, w) || (w == nil) != (err == nil) {
+			t.Errorf("%s (%s): %v, want %s", v.Key, v.Note, err, v.Verdict)
+		}
+		if v.Verdict == "small_order" {
+			small++
+		}
+	}
+	if small < 8 {
+		t.Errorf("the vectors hold %d small-order points, want all 8", small)
 	}
 }

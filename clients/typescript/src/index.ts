@@ -7,7 +7,7 @@ export { MemoryCursorStore } from "./cursor.js";
 export type { CursorStore, Position } from "./cursor.js";
 export { RelayError, NoAnswerError } from "./errors.js";
 export type * as wire from "./wire.js";
-export { Identity, SealError, SEAL_VERSION, seal, open, parseSealed, fingerprint, safetyNumber, keyId, x25519PublicKey } from "./seal.js";
+export { Identity, SealError, SEAL_VERSION, seal, open, parseSealed, fingerprint, safetyNumber, keyId, x25519PublicKey, checkIdentityKey } from "./seal.js";
 export type { SealErrorCode, SealParams, OpenParams, Recipient, Sealed } from "./seal.js";
 export { Keyring, MemoryPinStore, LocalStoragePinStore } from "./keyring.js";
 export type { PinStore, KeyChange, KeyringOptions } from "./keyring.js";

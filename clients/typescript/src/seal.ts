@@ -114,8 +114,27 @@ export async function keyId(publicKey: Uint8Array): Promise<Uint8Array> {
  * Throws when the bytes are not a point of the curve.
  */
 export function x25519PublicKey(edPublicKey: Uint8Array): Uint8Array {
-  if (edPublicKey.length !== KEY_BYTES) throw new Error(`seal: an Ed25519 public key is ${KEY_BYTES} bytes, not ${edPublicKey.length}`);
+  checkIdentityKey(edPublicKey);
   return ed25519.utils.toMontgomery(edPublicKey);
+}
+
+/**
+ * Throws unless key can be an identity key, as the Go client and the relay
+ * decide (clients/testdata/keys): 32 bytes, the canonical encoding of a
+ * curve point, and not of small order (whose X25519 form, 00... or 01...,
+ * would make every shared secret known).
+ */
+export function checkIdentityKey(key: Uint8Array): void {
+  if (key.length !== KEY_BYTES) throw new Error(`seal: an Ed25519 public key is ${KEY_BYTES} bytes, not ${key.length}`);
+  let p;
+  try {
+    p = ed25519.Point.fromBytes(key, false); // RFC 8032's strict decoding
+  } catch (e) {
+    throw new Error("seal: the key is not a point of the curve", { cause: e });
+  }
+  const again = p.toBytes();
+  if (again.some((b, i) => b !== key[i])) throw new Error("seal: the key is not a canonical encoding of its point");
+  if (p.isSmallOrder()) throw new Error("seal: the key has small order");
 }
 
 /**
