@@ -120,13 +120,26 @@ type CredentialStore interface {
 	Save(ctx context.Context, c Credentials) error
 }
 
+// A LockingStore is a CredentialStore that several holders may share (two
+// processes on one file): Renewing takes its lock around each renewal and
+// reads the store under it, so that a set another holder renewed is taken
+// up rather than renewed again. Presenting a secret another holder has
+// spent would revoke every secret of the device (docs/PROTOCOL.md).
+type LockingStore interface {
+	CredentialStore
+	// Lock waits until no other holder has the lock, takes it, and
+	// returns its release.
+	Lock(ctx context.Context) (unlock func(), err error)
+}
+
 // ErrNoCredentials is a store's Load before any Save.
 var ErrNoCredentials = errors.New("client: no credentials saved")
 
 // FileStore keeps the credentials in a JSON file, readable by its owner
 // only (0600): Save writes a temporary file beside it, syncs it and
 // renames it over the old one, so a crash leaves the old set or the new
-// one, never a torn file.
+// one, never a torn file. It is a LockingStore: processes that share the
+// file renew one at a time.
 type FileStore string
 
 // Load reads the file; a missing file wraps ErrNoCredentials.

@@ -573,3 +573,62 @@ func forModes(t *testing.T, test func(*testing.T, pairtest.Mode)) {
 		t.Run(string(m), func(t *testing.T) { test(t, m) })
 	}
 }
+
+// TestSharedFileStore: two holders of one credentials file (two processes
+// of one device; here two sources, each with its own file descriptors, so
+// the kernel's lock is as between processes) renew in turn for five
+// rounds, each finding its set due: the second takes up the set the
+// first saved instead of presenting the spent secret, which the relay
+// would take as reuse and answer by revoking the device's every secret.
+// Then they renew at once, five rounds more. Every call succeeds, and
+// there is one renewal a round. Red without the reading under the lock,
+// and without the lock.
+func TestSharedFileStore(t *testing.T) {
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContractMode(t, pairtest.Real, clock, 2*time.Minute)
+	store := client.FileStore(filepath.Join(t.TempDir(), "phone.json"))
+	ctx := context.Background()
+	if _, err := client.Pair(ctx, cr.URL, cr.Invite("phone"), client.PairOptions{Store: store}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := renewingClient(t, cr, store)
+	b, srcB := renewingClient(t, cr, client.FileStore(string(store)))
+	const rounds = 5
+	for round := range rounds {
+		clock.Advance(81 * time.Second) // both sets are due
+		first, second := a, b
+		if round%2 == 1 {
+			first, second = b, a
+		}
+		if _, err := first.Register(ctx); err != nil {
+			t.Fatalf("round %d, first holder: %v", round, err)
+		}
+		if _, err := second.Register(ctx); err != nil {
+			t.Fatalf("round %d, second holder: %v", round, err)
+		}
+	}
+	// And at once: the lock lets one renew while the other waits, then
+	// reads what it saved.
+	for round := range rounds {
+		clock.Advance(81 * time.Second)
+		errs := make(chan error, 2)
+		for _, c := range []*client.Client{a, b} {
+			go func() {
+				_, err := c.Register(ctx)
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent round %d: %v", round, err)
+			}
+		}
+	}
+	if renewals, refused := cr.Counts(); renewals != 2*rounds || refused != 0 {
+		t.Fatalf("%d renewals and %d refusals, want %d and 0", renewals, refused, 2*rounds)
+	}
+	saved, err := store.Load(ctx)
+	if err != nil || saved.RenewalSecret != srcB.Credentials().RenewalSecret {
+		t.Fatalf("the file holds another set than the holders use: %v", err)
+	}
+}

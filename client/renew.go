@@ -187,8 +187,45 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 // current: the relay has marked secret used, so a set that is not saved
 // would be lost with the process. When Save fails, the set is dropped and
 // the error returned; renewing again with the old secret within 30 s is a
-// retry the relay answers with a fresh set (docs/PROTOCOL.md, /v1/renew).
+// retry the relay answers with a fresh set, once (docs/PROTOCOL.md,
+// /v1/renew). A store that others share is locked for the renewal and
+// read under the lock: a set another holder saved is taken up instead.
+// A refusal is checked against the store too: a holder that renewed
+// without the lock may have spent secret.
 func (r *Renewing) renew(ctx context.Context, secret string) error {
+	if ls, ok := r.store.(LockingStore); ok {
+		unlock, err := ls.Lock(ctx)
+		if err != nil {
+			return fmt.Errorf("client: locking the credential store: %w", err)
+		}
+		defer unlock()
+		if r.adoptSaved(ctx, secret) {
+			return nil
+		}
+	}
+	err := r.exchange(ctx, secret)
+	var e *Error
+	if errors.As(err, &e) && !e.Temporary() && r.adoptSaved(ctx, secret) {
+		return nil
+	}
+	return err
+}
+
+// adoptSaved makes current the set in the store if it is another than the
+// one whose secret is secret (another holder renewed), and reports it.
+func (r *Renewing) adoptSaved(ctx context.Context, secret string) bool {
+	c, err := r.store.Load(ctx)
+	if err != nil || c.RenewalSecret == secret || c.valid() != nil {
+		return false
+	}
+	r.mu.Lock()
+	r.cur, r.lead, r.obtained, r.life = c, renewLead(c), time.Time{}, 0
+	r.mu.Unlock()
+	return true
+}
+
+// exchange is the renewal itself: secret for a new set, saved, then current.
+func (r *Renewing) exchange(ctx context.Context, secret string) error {
 	var c Credentials
 	if err := postJSON(ctx, r.hc, r.timeout, r.base+"/v1/renew", map[string]string{"renewal_secret": secret}, &c); err != nil {
 		return err
