@@ -122,10 +122,24 @@ function onState(s) {
     const e = el("state");
     e.className = `state ${s.kind}`;
     e.textContent = s.kind === "retrying" ? "reconnecting" : s.kind;
-    if (s.kind === "unauthorized") {
-        forget();
-        showPair("", "The relay refused this browser's credentials (it was removed, or they were used elsewhere): pair it again with a new admin invitation.");
+    if (s.kind === "unauthorized")
+        void unauthorized();
+}
+/**
+ * The relay refused this tab's credentials. Another tab may have renewed
+ * the set meanwhile: then the saved set is another, and this tab opens it;
+ * only the set that was refused is forgotten, never another tab's.
+ */
+async function unauthorized() {
+    const mine = creds?.credentials.renewal_secret;
+    const saved = await store.load();
+    if (saved && mine !== undefined && saved.renewal_secret !== mine) {
+        stop();
+        await open();
+        return;
     }
+    forget();
+    showPair("", "The relay refused this browser's credentials (it was removed, or they were used elsewhere): pair it again with a new admin invitation.");
 }
 /** Opens the saved credentials and shows the household. */
 async function open() {

@@ -66,11 +66,31 @@ export interface CredentialStore {
   /** The saved credentials, undefined when none were saved. */
   load(): Promise<Credentials | undefined>;
   save(c: Credentials): Promise<void>;
+  /**
+   * Runs fn while no other holder of this store (another tab, another
+   * RenewingCredentials) runs one: RenewingCredentials renews inside it
+   * and reads the store first, so that a set another holder renewed is
+   * taken up rather than renewed again. Presenting a secret another holder
+   * spent would revoke every secret of the device. Optional: a store only
+   * one holder uses needs none.
+   */
+  exclusive?<T>(fn: () => Promise<T>): Promise<T>;
 }
 
-/** Credentials in memory: for tests, and apps that keep them elsewhere. */
+/** One holder at a time, within this JavaScript realm. */
+class Mutex {
+  private tail: Promise<unknown> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn, fn);
+    this.tail = next.catch(() => {});
+    return next;
+  }
+}
+
+/** Credentials in memory: for tests, and apps that keep them elsewhere. Holders of one store renew one at a time. */
 export class MemoryCredentialStore implements CredentialStore {
   private c: Credentials | undefined;
+  private readonly mutex = new Mutex();
   constructor(initial?: Credentials) {
     this.c = initial;
   }
@@ -80,6 +100,14 @@ export class MemoryCredentialStore implements CredentialStore {
   async save(c: Credentials): Promise<void> {
     this.c = { ...c };
   }
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.mutex.run(fn);
+  }
+}
+
+/** The part of the Web Locks API (navigator.locks) that LocalStorageCredentialStore uses. */
+export interface LockManagerLike {
+  request<T>(name: string, callback: () => Promise<T>): Promise<T>;
 }
 
 /** The part of the browser's Storage that LocalStorageCredentialStore uses. */
@@ -95,13 +123,25 @@ export interface KeyValueStorage {
  */
 export class LocalStorageCredentialStore implements CredentialStore {
   private readonly storage: KeyValueStorage;
+  private readonly locks: LockManagerLike | undefined;
+  private readonly mutex = new Mutex();
+  /**
+   * locks defaults to the browser's navigator.locks, which every tab of the
+   * origin shares: tabs renew one at a time. Without it, holders in this
+   * realm still do.
+   */
   constructor(
     readonly key = "relay-credentials",
     storage?: KeyValueStorage,
+    locks?: LockManagerLike,
   ) {
     const s = storage ?? (globalThis as { localStorage?: KeyValueStorage }).localStorage;
     if (!s) throw new Error("relay client: no localStorage here; pass a storage");
     this.storage = s;
+    this.locks = locks ?? (globalThis as { navigator?: { locks?: LockManagerLike } }).navigator?.locks;
+  }
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.locks ? this.locks.request(`relay-credentials:${this.key}`, fn) : this.mutex.run(fn);
   }
   async load(): Promise<Credentials | undefined> {
     const v = this.storage.getItem(this.key);
@@ -239,9 +279,42 @@ export class RenewingCredentials implements CredentialSource {
    * current: the relay has marked secret used, so a set not saved would be
    * lost with the process. When save fails the set is dropped; renewing
    * again with the old secret within 30 s is a retry the relay answers
-   * with a fresh set.
+   * with a fresh set, once. Runs in the store's exclusive section, after
+   * reading the store: a set another holder saved is taken up instead.
    */
-  private async renew(secret: string, signal: AbortSignal | undefined): Promise<void> {
+  private renew(secret: string, signal: AbortSignal | undefined): Promise<void> {
+    const run = async () => {
+      if (await this.adoptSaved(secret)) return;
+      try {
+        await this.exchange(secret, signal);
+      } catch (e) {
+        // A holder that renewed outside the store's lock may have spent
+        // secret: its set, if saved, is taken up.
+        if (e instanceof RelayError && !e.temporary && (await this.adoptSaved(secret))) return;
+        throw e;
+      }
+    };
+    return this.store.exclusive ? this.store.exclusive(run) : run();
+  }
+
+  /** Makes current the saved set if it is another than secret's (another holder renewed), and says so. */
+  private async adoptSaved(secret: string): Promise<boolean> {
+    let c: Credentials | undefined;
+    try {
+      c = await this.store.load();
+      if (!c || c.renewal_secret === secret) return false;
+      checkCredentials(c);
+    } catch {
+      return false;
+    }
+    this.cur = c;
+    this.lead = renewLead(c);
+    this.obtained = 0;
+    this.life = 0;
+    return true;
+  }
+
+  private async exchange(secret: string, signal: AbortSignal | undefined): Promise<void> {
     const c = await postJSON<Credentials>(this.fetchFn, this.url + "/v1/renew", { renewal_secret: secret }, this.timeoutMs, signal);
     checkCredentials(c);
     if (this.cur.url !== undefined) c.url = this.cur.url;

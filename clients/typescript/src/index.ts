@@ -15,4 +15,4 @@ export { SealedClient, readDirectory } from "./sealed.js";
 export type { DirectoryEntry, OpenedEnvelope, ListenSealedOptions } from "./sealed.js";
 export type { SendResponse, RegisterResponse, RegisterRequest, PushTarget, Delivery, Device, DevicesResponse, InvitationRequest, InvitationResponse } from "./wire.js";
 export { FixedToken, LocalStorageCredentialStore, MemoryCredentialStore, RenewingCredentials, UnauthorizedError, pair } from "./credentials.js";
-export type { CredentialSource, CredentialStore, Credentials, KeyValueStorage, PairOptions, RenewingOptions } from "./credentials.js";
+export type { CredentialSource, CredentialStore, Credentials, KeyValueStorage, LockManagerLike, PairOptions, RenewingOptions } from "./credentials.js";

@@ -31,9 +31,19 @@ export class FixedToken {
         throw new UnauthorizedError("the token is refused");
     }
 }
-/** Credentials in memory: for tests, and apps that keep them elsewhere. */
+/** One holder at a time, within this JavaScript realm. */
+class Mutex {
+    tail = Promise.resolve();
+    run(fn) {
+        const next = this.tail.then(fn, fn);
+        this.tail = next.catch(() => { });
+        return next;
+    }
+}
+/** Credentials in memory: for tests, and apps that keep them elsewhere. Holders of one store renew one at a time. */
 export class MemoryCredentialStore {
     c;
+    mutex = new Mutex();
     constructor(initial) {
         this.c = initial;
     }
@@ -42,6 +52,9 @@ export class MemoryCredentialStore {
     }
     async save(c) {
         this.c = { ...c };
+    }
+    exclusive(fn) {
+        return this.mutex.run(fn);
     }
 }
 /**
@@ -52,12 +65,23 @@ export class MemoryCredentialStore {
 export class LocalStorageCredentialStore {
     key;
     storage;
-    constructor(key = "relay-credentials", storage) {
+    locks;
+    mutex = new Mutex();
+    /**
+     * locks defaults to the browser's navigator.locks, which every tab of the
+     * origin shares: tabs renew one at a time. Without it, holders in this
+     * realm still do.
+     */
+    constructor(key = "relay-credentials", storage, locks) {
         this.key = key;
         const s = storage ?? globalThis.localStorage;
         if (!s)
             throw new Error("relay client: no localStorage here; pass a storage");
         this.storage = s;
+        this.locks = locks ?? globalThis.navigator?.locks;
+    }
+    exclusive(fn) {
+        return this.locks ? this.locks.request(`relay-credentials:${this.key}`, fn) : this.mutex.run(fn);
     }
     async load() {
         const v = this.storage.getItem(this.key);
@@ -182,9 +206,45 @@ export class RenewingCredentials {
      * current: the relay has marked secret used, so a set not saved would be
      * lost with the process. When save fails the set is dropped; renewing
      * again with the old secret within 30 s is a retry the relay answers
-     * with a fresh set.
+     * with a fresh set, once. Runs in the store's exclusive section, after
+     * reading the store: a set another holder saved is taken up instead.
      */
-    async renew(secret, signal) {
+    renew(secret, signal) {
+        const run = async () => {
+            if (await this.adoptSaved(secret))
+                return;
+            try {
+                await this.exchange(secret, signal);
+            }
+            catch (e) {
+                // A holder that renewed outside the store's lock may have spent
+                // secret: its set, if saved, is taken up.
+                if (e instanceof RelayError && !e.temporary && (await this.adoptSaved(secret)))
+                    return;
+                throw e;
+            }
+        };
+        return this.store.exclusive ? this.store.exclusive(run) : run();
+    }
+    /** Makes current the saved set if it is another than secret's (another holder renewed), and says so. */
+    async adoptSaved(secret) {
+        let c;
+        try {
+            c = await this.store.load();
+            if (!c || c.renewal_secret === secret)
+                return false;
+            checkCredentials(c);
+        }
+        catch {
+            return false;
+        }
+        this.cur = c;
+        this.lead = renewLead(c);
+        this.obtained = 0;
+        this.life = 0;
+        return true;
+    }
+    async exchange(secret, signal) {
         const c = await postJSON(this.fetchFn, this.url + "/v1/renew", { renewal_secret: secret }, this.timeoutMs, signal);
         checkCredentials(c);
         if (this.cur.url !== undefined)
