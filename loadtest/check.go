@@ -164,6 +164,7 @@ func (res *result) fill(rep *report.Report) {
 	rep.Steady = res.steady
 	rep.Crashes = res.crashes
 	rep.Hostile = res.hostile
+	rep.Renewals = res.renewals
 	rep.Memory = res.memory
 	rep.Redis = res.redis
 	rep.Redelivered = v.redelivered
@@ -278,6 +279,9 @@ func (res *result) fill(rep *report.Report) {
 	fails = append(fails, res.exits...)
 	if m := res.memory; m != nil && m.OOMKilled {
 		fails = append(fails, fmt.Sprintf("a relay was killed for want of memory under its %s cap (%d OOM kills)", report.FormatBytes(m.LimitBytes), m.OOMKills))
+	}
+	if rn := res.renewals; rn != nil && (rn.Succeeded != rn.Attempted || rn.Attempted == 0) {
+		fails = append(fails, fmt.Sprintf("%d of %d renewals failed: %v", rn.Attempted-rn.Succeeded, rn.Attempted, rn.Refused))
 	}
 	if h := res.hostile; h != nil && report.Total(h.Failures) > 0 {
 		fails = append(fails, fmt.Sprintf("%d hostile requests were mishandled: %v", report.Total(h.Failures), h.Failures))

@@ -53,6 +53,7 @@ type config struct {
 	hostile      int           // hostile connections beside the load
 	slowReaders  int           // with hostile: connections of one token that never read
 	hostileKinds string        // with hostile: "all" kinds, or "pairing" only
+	renewers     int           // devices paired before the run that renew throughout it
 	relayMemory  int64         // bytes; 0: no cap
 	relayEnv     []string
 	// relay is the configuration the throwaway relays run with, read by
@@ -106,6 +107,7 @@ var envFor = map[string]string{
 	"hostile":       "LOAD_HOSTILE",
 	"slow-readers":  "LOAD_SLOW_READERS",
 	"hostile-kinds": "LOAD_HOSTILE_KINDS",
+	"renewers":      "LOAD_RENEWERS",
 	"relay-memory":  "LOAD_RELAY_MEMORY",
 	"relay-env":     "LOAD_RELAY_ENV",
 	"source-addrs":  "LOAD_SOURCE_ADDRS",
@@ -177,6 +179,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
 	fs.StringVar(&c.hostileKinds, "hostile-kinds", "all", "with -hostile, the kinds of request: all, or pairing (only those against the pairing endpoints, which take no token)")
+	fs.IntVar(&c.renewers, "renewers", 0, "devices paired through the relay's own pairing before the run, each renewing its credentials every 5 s throughout it, from the hostile connections' source addresses: every renewal must succeed (needs a relay that holds the issuer key)")
 	fs.IntVar(&c.slowReaders, "slow-readers", 600, "with -hostile, connections of one device token that poll with about 2 MiB waiting and never read, in rounds over the offered duration (0: none)")
 	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
 	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
@@ -274,6 +277,12 @@ func (c *config) validate() error {
 	}
 	if c.hostile < 0 {
 		errs = append(errs, errors.New("-hostile must be 0 or more"))
+	}
+	if c.renewers < 0 || c.renewers > 1000 {
+		errs = append(errs, errors.New("-renewers must be 0 to 1000"))
+	}
+	if c.renewers > 0 && c.replicas > 1 && len(c.urls) == 0 {
+		errs = append(errs, errors.New("-renewers needs a relay that pairs: a throwaway stack of one relay (its relays above one trust the key, they do not hold it)"))
 	}
 	if c.slowReaders < 0 {
 		errs = append(errs, errors.New("-slow-readers must be 0 or more"))

@@ -79,6 +79,21 @@ func judgeGuess(resp *http.Response, body []byte) string {
 	return ""
 }
 
+// judgeStatus is a judge that takes only status: a web page's request,
+// refused before any budget.
+func judgeStatus(status int) func(*http.Response, []byte) string {
+	return func(resp *http.Response, _ []byte) string {
+		if resp.StatusCode != status {
+			return "answered " + strconv.Itoa(resp.StatusCode) + ", want " + strconv.Itoa(status)
+		}
+		return ""
+	}
+}
+
+// pageOrigin is the origin of the hostile web page: not the relay's, not
+// in FN_CORS_ORIGINS.
+const pageOrigin = "Origin: https://hostile-page.example"
+
 var pairingKinds = []hostileKind{
 	{"pair, guessed code", func(ctx context.Context, w *hworker, kind string) {
 		w.guess(ctx, kind, "/v1/pair", pairRequest{Code: guessCode()})
@@ -93,6 +108,16 @@ var pairingKinds = []hostileKind{
 			}
 			w.guess(ctx, kind, "/v1/pair", pairRequest{Code: guessCode()})
 		}
+	}},
+	{"pair, a web page's text/plain post", func(ctx context.Context, w *hworker, kind string) {
+		b, _ := json.Marshal(pairRequest{Code: guessCode()})
+		req := rawRequest(http.MethodPost, "/v1/pair", []string{"Content-Type: text/plain;charset=UTF-8", pageOrigin}, b)
+		w.quickJudged(ctx, kind, req, true, judgeStatus(http.StatusUnsupportedMediaType))
+	}},
+	{"renew, a web page of another origin", func(ctx context.Context, w *hworker, kind string) {
+		b, _ := json.Marshal(renewRequest{Secret: guessSecret()})
+		req := rawRequest(http.MethodPost, "/v1/renew", []string{"Content-Type: application/json", pageOrigin}, b)
+		w.quickJudged(ctx, kind, req, true, judgeStatus(http.StatusForbidden))
 	}},
 	{"pair, body over 1 KiB", func(ctx context.Context, w *hworker, kind string) {
 		b, _ := json.Marshal(pairRequest{Code: guessCode(), IdentityKey: string(bytes.Repeat([]byte("A"), 4096))})

@@ -73,6 +73,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			Hostile:          cfg.hostile,
 			SlowReaders:      slowReadersOf(cfg),
 			HostileKinds:     hostileKindsOf(cfg),
+			Renewers:         cfg.renewers,
 			RelayMemoryBytes: cfg.relayMemory,
 			RelayEnv:         cfg.relayEnv,
 		},
@@ -642,6 +643,7 @@ type result struct {
 	acked                []time.Time
 	steady               *report.Steady
 	hostile              *report.Hostile
+	renewals             *report.Renewals
 	// Filled by load from the stack, after the relays stopped.
 	exits  []string
 	memory *report.Memory
@@ -651,6 +653,16 @@ type result struct {
 func (r *runner) run(ctx context.Context) (*result, error) {
 	if err := r.register(ctx); err != nil {
 		return nil, err
+	}
+	var rn *renewers
+	if r.cfg.renewers > 0 {
+		var err error
+		if rn, err = newRenewers(r, r.cfg.renewers); err != nil {
+			return nil, err
+		}
+		if err := rn.pair(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sched := newSchedule(time.Time{}, r.cfg.rate, r.cfg.duration)
 	r.sends = make([]sendRecord, sched.n)
@@ -741,6 +753,10 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		h = newHostile(r, r.cfg)
 		hostiles.Go(func() { h.run(hctx, end) })
 	}
+	var renewing sync.WaitGroup
+	if rn != nil {
+		renewing.Go(func() { rn.run(ctx, sched.start, end) })
+	}
 
 	sendLimit := max(1024, r.cfg.pairs+64)
 	openLoop(ctx, sched, sendLimit, func(i int, at time.Time) { r.send(ctx, i, at) })
@@ -790,6 +806,10 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		hostiles.Wait()
 		close(waited)
 		res.hostile = h.summary()
+	}
+	renewing.Wait()
+	if rn != nil {
+		res.renewals = rn.summary(end.Sub(sched.start), res.hostile)
 	}
 
 	stopPolls()

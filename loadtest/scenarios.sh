@@ -44,7 +44,11 @@ fi
 # 256 MiB memory cap. The pairing run sends only the hostile kinds against
 # the endpoints that take no token (guessed codes and renewal secrets,
 # floods, oversized and stalled bodies), without slow readers or a cap, to
-# set their cost beside the clean run of the same size. The 20,000-pair replica run holds 10,000 polls on
+# set their cost beside the clean run of the same size. The two renewal
+# runs pair 40 devices that renew every 5 s (far more often than a device
+# does), without and beside a flood of pairing guesses from 64 source
+# addresses, the renewers on those addresses too: every renewal must
+# succeed in both. The 20,000-pair replica run holds 10,000 polls on
 # each of two relays, every send crossing relays. The failover run puts the
 # relay on a pg_auto_failover formation (synchronous replication) and kills
 # its primary 20 s in; it needs pg_autoctl.
@@ -57,6 +61,8 @@ scenarios=(
 	"sqlite-crash-1000x100|-store sqlite -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"hostile-1000x100|-store sqlite -pairs 1000 -rate 100 -hostile 200 -relay-memory 256MiB"
 	"hostile-pairing-1000x100|-store sqlite -pairs 1000 -rate 100 -hostile 200 -hostile-kinds pairing -slow-readers 0"
+	"renewals-200x50|-store sqlite -pairs 200 -rate 50 -renewers 40"
+	"renewals-flood-200x50|-store sqlite -pairs 200 -rate 50 -renewers 40 -hostile 64 -hostile-kinds pairing -slow-readers 0"
 	"pg-200x50|-store postgres -pairs 200 -rate 50"
 	"pg-500x100|-store postgres -pairs 500 -rate 100"
 	"pg-1000x100|-store postgres -pairs 1000 -rate 100"

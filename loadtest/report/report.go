@@ -108,6 +108,9 @@ type Report struct {
 	// Steady is the relay's memory while the population held still.
 	Steady  *Steady  `json:"steady,omitempty"`
 	Hostile *Hostile `json:"hostile,omitempty"`
+	// Renewals are the renewers' renewals (-renewers), beside the load and
+	// any flood.
+	Renewals *Renewals `json:"renewals,omitempty"`
 	Memory  *Memory  `json:"memory_limit,omitempty"`
 	Redis   *Redis   `json:"redis,omitempty"`
 	// Campaign is a -faults run's campaign.
@@ -236,6 +239,20 @@ type Hostile struct {
 	TCPMemoryPeakBytes  int64 `json:"tcp_memory_peak_bytes,omitempty"`
 }
 
+// Renewals is what the renewers asked and got: devices paired before the
+// run, each renewing every EverySeconds. FloodRequests is how many hostile
+// requests went to the pairing endpoints meanwhile, FloodPerSecond their
+// rate over the run's window.
+type Renewals struct {
+	Renewers       int            `json:"renewers"`
+	EverySeconds   float64        `json:"every_seconds"`
+	Attempted      int            `json:"attempted"`
+	Succeeded      int            `json:"succeeded"`
+	Refused        map[string]int `json:"refused"`
+	FloodRequests  int            `json:"flood_requests"`
+	FloodPerSecond float64        `json:"flood_per_second"`
+}
+
 // Memory is the memory cap the relays ran under.
 type Memory struct {
 	LimitBytes int64 `json:"limit_bytes"`
@@ -311,6 +328,7 @@ type Config struct {
 	// HostileKinds is the kinds the hostile connections sent, when not
 	// all of them ("pairing": only those against the pairing endpoints).
 	HostileKinds     string   `json:"hostile_kinds,omitempty"`
+	Renewers         int      `json:"renewers,omitempty"`
 	RelayMemoryBytes int64    `json:"relay_memory_bytes,omitempty"`
 	RelayEnv         []string `json:"relay_env,omitempty"`
 	// SourceAddresses is how many loopback source addresses the pairs'
@@ -331,7 +349,7 @@ type Config struct {
 // acknowledgements by cursor. Only plain runs stand beside each other in
 // the comparison tables.
 func (c Config) Plain() bool {
-	return len(c.CrashAtSeconds) == 0 && c.Faults == "" && c.Failover == "" && c.Hostile == 0 && c.RelayMemoryBytes == 0 &&
+	return len(c.CrashAtSeconds) == 0 && c.Faults == "" && c.Failover == "" && c.Hostile == 0 && c.Renewers == 0 && c.RelayMemoryBytes == 0 &&
 		len(c.RelayEnv) == 0 && (c.AckMode == "" || c.AckMode == "cursor")
 }
 
@@ -468,6 +486,9 @@ func (r *Report) Line() string {
 	}
 	if h := r.Hostile; h != nil {
 		fmt.Fprintf(&b, " hostile=%d requests, %d failed", h.Requests, sum(h.Failures))
+	}
+	if rn := r.Renewals; rn != nil {
+		fmt.Fprintf(&b, " renewals=%d attempted, %d succeeded, %d refused (pairing flood %.1f/s)", rn.Attempted, rn.Succeeded, sum(rn.Refused), rn.FloodPerSecond)
 	}
 	fmt.Fprintf(&b, " accepted->returned p50=%s p95=%s p99=%s max=%s",
 		FormatMS(l.P50), FormatMS(l.P95), FormatMS(l.P99), FormatMS(l.Max))
