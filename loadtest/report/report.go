@@ -111,8 +111,8 @@ type Report struct {
 	// Renewals are the renewers' renewals (-renewers), beside the load and
 	// any flood.
 	Renewals *Renewals `json:"renewals,omitempty"`
-	Memory  *Memory  `json:"memory_limit,omitempty"`
-	Redis   *Redis   `json:"redis,omitempty"`
+	Memory   *Memory   `json:"memory_limit,omitempty"`
+	Redis    *Redis    `json:"redis,omitempty"`
 	// Campaign is a -faults run's campaign.
 	Campaign *Campaign `json:"campaign,omitempty"`
 	// Failover is a -failover run's loss of the Postgres primary.
