@@ -1,6 +1,7 @@
 package pairing
 
 import (
+	"crypto/ed25519"
 	"regexp"
 	"strings"
 	"testing"
@@ -63,8 +64,9 @@ func TestCodeNormalization(t *testing.T) {
 	}
 }
 
-// TestRenewalSecretSpelling: a fresh secret has the one spelling; any
-// other (another version, padding, standard base64, a byte short) is
+// TestRenewalSecretSpelling: a first-version secret has the one spelling;
+// any other (another version's length or prefix, padding, standard
+// base64, a byte short) is
 // refused before the store is asked.
 func TestRenewalSecretSpelling(t *testing.T) {
 	s := NewRenewalSecret()
@@ -72,9 +74,41 @@ func TestRenewalSecretSpelling(t *testing.T) {
 		t.Fatalf("fresh secret %q refused, or drawn twice", s)
 	}
 	rest := strings.TrimPrefix(s, renewalPrefix)
-	for _, bad := range []string{"fnr2." + rest, s + "=", renewalPrefix + rest[:42], renewalPrefix + rest[:42] + "+", "", rest} {
+	for _, bad := range []string{"fnr2." + rest, "fnr3." + rest, s + "=", renewalPrefix + rest[:42], renewalPrefix + rest[:42] + "+", "", rest} {
 		if ValidRenewalSecret(bad) {
 			t.Errorf("%q taken for a renewal secret", bad)
 		}
+	}
+}
+
+// TestRenewalSecretShape: a second-version secret is "fnr2." and 48 bytes
+// in unpadded base64url; its tag vouches for it under the key it was made
+// with only: not under another issuer key, not with a bit of it changed,
+// and never for a first-version secret. Invitation codes are kept by an
+// HMAC that another key gives otherwise.
+func TestRenewalSecretShape(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(nil)
+	_, other, _ := ed25519.GenerateKey(nil)
+	k, o := deriveKeys(priv), deriveKeys(other)
+	s := k.newSecret()
+	if !regexp.MustCompile(`^fnr2\.[A-Za-z0-9_-]{64}$`).MatchString(s) || !ValidRenewalSecret(s) || k.newSecret() == s {
+		t.Fatalf("fresh secret %q: bad shape, or drawn twice", s)
+	}
+	if !k.vouched(s) {
+		t.Fatal("a secret is not vouched for by the key it was made with")
+	}
+	if o.vouched(s) {
+		t.Error("another issuer key vouches for the secret")
+	}
+	b := []byte(s)
+	b[10] ^= 1 // one bit of the random part
+	if k.vouched(string(b)) {
+		t.Error("a secret with a changed bit is vouched for")
+	}
+	if k.vouched(NewRenewalSecret()) || k.vouched("fnr2."+strings.Repeat("A", 64)) {
+		t.Error("a first-version or made-up secret is vouched for")
+	}
+	if k.hashCode("ABCDE12345") == o.hashCode("ABCDE12345") || k.hashCode("ABCDE12345") != k.hashCode("ABCDE12345") {
+		t.Error("a code's hash does not depend on the key alone")
 	}
 }
