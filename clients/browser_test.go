@@ -4,6 +4,7 @@ package clients
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/pairtest"
+	"github.com/flamenet/relay/relay"
+	"github.com/flamenet/relay/token"
 )
 
 // pageResult is what testdata/browser/page.js reports.
@@ -228,4 +233,97 @@ func processesWith(arg string) []string {
 		out = append(out, fmt.Sprintf("%s: %s", filepath.Base(filepath.Dir(p)), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 	}
 	return out
+}
+
+// TestBrowserTabsRenew: two frames of one origin in headless Chromium (to
+// localStorage and Web Locks, two tabs) hold one stored set of
+// credentials and renew it at the same instants, round after round,
+// against a relay that pairs. Under the store's Web Lock each round makes
+// one renewal and the other frame takes up the set it saved: both frames
+// end on the same live set, which the relay still renews. Without the
+// lock both present the same secret, the second use revokes the first's
+// new secret, and the next round presents a revoked one, which revokes
+// the family: a frame reports unauthorized.
+func TestBrowserTabsRenew(t *testing.T) {
+	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
+	buildTypeScript(t)
+
+	results := make(chan []byte, 1)
+	var cfg atomic.Pointer[[]byte]
+	mux := pageMux(results)
+	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(*cfg.Load())
+	})
+	page := httptest.NewServer(mux)
+	t.Cleanup(page.Close)
+	relayURL, key := pairtest.StartRelay(t, pairtest.NewClock(), func(c *relay.Config, key ed25519.PrivateKey) {
+		c.IssuerKey = key
+		c.CORSOrigins = []string{page.URL}
+	})
+	now := time.Now()
+	admin, err := token.Mint(key, token.Claims{Household: "home", Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inv struct{ Code string }
+	postJSON(t, relayURL+"/v1/invitations", admin, `{"device":"browser"}`, http.StatusCreated, &inv)
+	const rounds = 6
+	conf, _ := json.Marshal(map[string]any{"relay": relayURL, "code": inv.Code, "rounds": rounds})
+	cfg.Store(&conf)
+
+	b := openPage(t, chromium, page.URL+"/index.html?run=/tabs.js", results)
+	var res struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+		Locks bool   `json:"locks"`
+		Saved string `json:"saved"`
+		Tabs  []struct {
+			Tab    int    `json:"tab"`
+			OK     bool   `json:"ok"`
+			Error  string `json:"error"`
+			Secret string `json:"secret"`
+		} `json:"tabs"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("the page reported %q: %v", b, err)
+	}
+	t.Logf("the page reported %s", b)
+	if !res.OK || !res.Locks || len(res.Tabs) != 2 {
+		t.Fatalf("two tabs renewing one store: %s", b)
+	}
+	for _, tab := range res.Tabs {
+		if tab.Secret != res.Saved {
+			t.Errorf("tab %d ended on another set than the store holds", tab.Tab)
+		}
+	}
+	var next struct {
+		RenewalSecret string `json:"renewal_secret"`
+	}
+	postJSON(t, relayURL+"/v1/renew", "", `{"renewal_secret":"`+res.Saved+`"}`, http.StatusOK, &next)
+}
+
+// postJSON posts body and decodes the answer, which must have status want.
+func postJSON(t *testing.T, url, tok, body string, want int, out any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("POST %s: %d %s, want %d", url, resp.StatusCode, b, want)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("POST %s: %s: %v", url, b, err)
+	}
 }
