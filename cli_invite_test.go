@@ -210,10 +210,10 @@ func TestPairFingerprintReachesTheInviter(t *testing.T) {
 		t.Fatalf("pair printed no fingerprint:\n%s", out.String())
 	}
 	listed := invite("-list")
-	if !regexp.MustCompile(`(?m)^phone \(device\): paired at \S+; fingerprint ` + fp[1] + `$`).MatchString(listed) {
+	if !regexp.MustCompile(`(?m)^phone \(device\): paired at \S+, made by relay-cli; fingerprint ` + fp[1] + `$`).MatchString(listed) {
 		t.Errorf("invite -list does not show phone with the fingerprint %s:\n%s", fp[1], listed)
 	}
-	if !regexp.MustCompile(`(?m)^laptop \(device\): pending until \S+; no key$`).MatchString(listed) {
+	if !regexp.MustCompile(`(?m)^laptop \(device\): pending until \S+, made by relay-cli; no key$`).MatchString(listed) {
 		t.Errorf("invite -list does not show laptop pending:\n%s", listed)
 	}
 }
