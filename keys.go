@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"log/slog"
+
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/token"
 )
 
@@ -229,4 +233,75 @@ FN_ISSUER_KEY_FILE, else data/issuer.key), as FN_ISSUER_KEYS takes it.`, stdout)
 	pub := base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))
 	fmt.Fprintf(stdout, "public:  %s\n\ntrust it with FN_ISSUER_KEYS=%s\n", pub, pub)
 	return nil
+}
+
+// loadVAPID is the relay's VAPID identity for Web Push: the key in
+// FN_VAPID_PRIVATE_KEY, or in FN_VAPID_KEY_FILE (created on first start,
+// mode 0600), with FN_VAPID_SUBJECT, or FN_PUBLIC_URL when it is https, as
+// its contact. Without a contact there is no webpush kind (and
+// UnifiedPush's Web Push goes unsigned): push services want one.
+func loadVAPID(cfg config.Config, log *slog.Logger) (*webpush.VAPID, error) {
+	subject := cfg.VAPIDSubject
+	if subject == "" && strings.HasPrefix(cfg.PublicURL, "https://") {
+		subject = cfg.PublicURL
+	}
+	if subject == "" {
+		log.Info("Web Push is off: set FN_VAPID_SUBJECT (mailto: or https:) or an https FN_PUBLIC_URL for push services to reach you by")
+		return nil, nil
+	}
+	var key *ecdsa.PrivateKey
+	switch {
+	case cfg.VAPIDPrivateKey != "":
+		k, err := webpush.ParseVAPIDKey(cfg.VAPIDPrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("FN_VAPID_PRIVATE_KEY: %w", err)
+		}
+		key = k
+	default:
+		k, created, err := loadOrCreateVAPIDKey(cfg.VAPIDKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("FN_VAPID_KEY_FILE: %w", err)
+		}
+		if created {
+			log.Info("created a VAPID key", "file", cfg.VAPIDKeyFile)
+		}
+		key = k
+	}
+	v, err := webpush.NewVAPID(key, subject)
+	if err != nil {
+		return nil, fmt.Errorf("FN_VAPID_SUBJECT: %w", err)
+	}
+	return v, nil
+}
+
+// loadOrCreateVAPIDKey reads the VAPID key in path, or creates one (mode
+// 0600) when the file does not exist.
+func loadOrCreateVAPIDKey(path string) (key *ecdsa.PrivateKey, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		key, err = webpush.ParseVAPIDKey(string(b))
+		return key, false, err
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, err
+	}
+	if key, err = webpush.GenerateVAPIDKey(); err != nil {
+		return nil, false, err
+	}
+	s, err := webpush.FormatVAPIDKey(key)
+	if err != nil {
+		return nil, false, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, err := fmt.Fprintln(f, s); err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	return key, true, f.Close()
 }

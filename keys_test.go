@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/token"
 )
 
@@ -324,5 +327,53 @@ func TestLooseIssuerKeyWarned(t *testing.T) {
 		if warned != (mode == 0o644) || (warned && !strings.Contains(p.logs(), "mode=0644")) {
 			t.Errorf("key file mode %04o: warned %v; log:\n%s", mode, warned, p.logs())
 		}
+	}
+}
+
+// TestVAPIDKeyCreated: a relay with a VAPID contact creates its VAPID key
+// on first start (mode 0600), serves its public half, and keeps it across
+// a restart; one without a contact sends no Web Push.
+func TestVAPIDKeyCreated(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "vapid.key")
+	vars := map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": filepath.Join(dir, "issuer.key"),
+		"FN_VAPID_KEY_FILE":  keyFile,
+		"FN_VAPID_SUBJECT":   "mailto:ops@relay.example",
+	}
+	served := func() (int, string) {
+		p := start(t, vars)
+		status, body := request(t, "GET", "http://"+p.addr+"/v1/push/vapid", "", "")
+		if _, err := p.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			PublicKey string `json:"public_key"`
+		}
+		_ = json.Unmarshal(body, &v)
+		return status, v.PublicKey
+	}
+	status, first := served()
+	fi, err := os.Stat(keyFile)
+	if status != http.StatusOK || first == "" || err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("first start: %d %q; key file %v, %v", status, first, fi, err)
+	}
+	b, _ := os.ReadFile(keyFile)
+	key, err := webpush.ParseVAPIDKey(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey.Bytes()
+	if first != base64.RawURLEncoding.EncodeToString(pub) {
+		t.Errorf("served %s, the file's key is another", first)
+	}
+	if _, again := served(); again != first {
+		t.Errorf("after a restart the key is %s, was %s", again, first)
+	}
+	delete(vars, "FN_VAPID_SUBJECT")
+	if status, _ := served(); status != http.StatusNotFound {
+		t.Errorf("without a contact: %d, want 404", status)
 	}
 }

@@ -85,6 +85,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		AccessTokenTTL:      c.AccessTokenTTL,
 		RenewalTTL:          c.RenewalTTL,
 		PublicURL:           c.PublicURL,
+		VAPIDPublicKey:      c.VAPIDPublicKey,
 		PairRatePerAddress:  c.PairRatePerAddress,
 		PairRate:            c.PairRate,
 		PollBudgetBytes:     c.PollBudgetBytes,
@@ -174,8 +175,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer closeHub()
 
+	vapid, err := loadVAPID(cfg, log)
+	if err != nil {
+		return err
+	}
 	pushCfg := pushConfig(cfg, log)
 	pushCfg.Registerer = reg
+	pushCfg.WebPush.VAPID = vapid
+	if vapid != nil {
+		cfg.VAPIDPublicKey = vapid.PublicKey()
+	}
 	pq, err := push.New(pushCfg, func(ctx context.Context, j push.Job) {
 		// The provider said the target is gone: forget it, unless the
 		// device registered another one meanwhile.

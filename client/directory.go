@@ -19,8 +19,14 @@ type registerRequest struct {
 }
 
 type pushTarget struct {
-	Kind     string `json:"kind" msgpack:"kind"`
-	Endpoint string `json:"endpoint,omitempty" msgpack:"endpoint,omitempty"`
+	Kind     string    `json:"kind" msgpack:"kind"`
+	Endpoint string    `json:"endpoint,omitempty" msgpack:"endpoint,omitempty"`
+	Keys     *pushKeys `json:"keys,omitempty" msgpack:"keys,omitempty"`
+}
+
+type pushKeys struct {
+	P256dh string `json:"p256dh" msgpack:"p256dh"`
+	Auth   string `json:"auth" msgpack:"auth"`
 }
 
 // WithIdentityKey publishes key (a device's Ed25519 identity, see package
@@ -35,6 +41,18 @@ func WithIdentityKey(key ed25519.PublicKey) RegisterOption {
 // registration token), or "none" (endpoint "") to clear it.
 func WithPushTarget(kind, endpoint string) RegisterOption {
 	return func(r *registerRequest) { r.Push = &pushTarget{Kind: kind, Endpoint: endpoint} }
+}
+
+// WithWebPush sets a Web Push subscription as the push target: kind
+// "webpush" (a browser's subscription), or "unifiedpush" from a
+// distributor that speaks Web Push, whose wakes are then encrypted to
+// the subscription and VAPID-signed. p256dh and auth are the
+// subscription's keys in unpadded base64url, as PushSubscription.toJSON()
+// and UnifiedPush connectors give them.
+func WithWebPush(kind, endpoint, p256dh, auth string) RegisterOption {
+	return func(r *registerRequest) {
+		r.Push = &pushTarget{Kind: kind, Endpoint: endpoint, Keys: &pushKeys{P256dh: p256dh, Auth: auth}}
+	}
 }
 
 // DirectoryEntry is one device of the household's directory.

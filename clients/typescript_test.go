@@ -36,6 +36,7 @@ func TestTypeScriptClient(t *testing.T) {
 // schema of docs/openapi.yaml it is the JSON form of.
 var wireSchemas = map[string]string{
 	"PushTarget":          "PushTarget",
+	"PushKeys":            "PushKeys",
 	"RegisterRequest":     "RegisterRequest",
 	"RegisterResponse":    "RegisterResponse",
 	"SendRequest":         "SendRequest",

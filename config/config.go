@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/webpush"
 )
 
 // Config is everything the relay binary can be told at start. The settings
@@ -35,6 +36,16 @@ type Config struct {
 	// IssuerKey is IssuerKeyFile's key once the binary has loaded it (not
 	// a setting): with it the relay mints tokens and pairs devices.
 	IssuerKey ed25519.PrivateKey
+	// VAPIDKeyFile holds the relay's VAPID private key (Web Push),
+	// created on first start; VAPIDPrivateKey, when set, is the key itself
+	// (a fleet's relays share one). VAPIDSubject is the contact the VAPID
+	// tokens carry; empty: PublicURL when it is https.
+	VAPIDKeyFile    string
+	VAPIDPrivateKey string
+	VAPIDSubject    string
+	// VAPIDPublicKey is the loaded VAPID key's public half (not a
+	// setting), served to pages; empty: no Web Push.
+	VAPIDPublicKey string
 
 	PollBudgetBytes     int64
 	MaxEnvelopeBytes    int
@@ -351,6 +362,15 @@ var settings = []Setting{
 		}
 		c.PushAllowPrivate = b
 		return nil
+	}},
+	{"FN_VAPID_KEY_FILE", "data/vapid.key", "the relay's VAPID private key for Web Push (base64url P-256 scalar), created on first start (mode 0600) when FN_VAPID_PRIVATE_KEY is empty", str(func(c *Config) *string { return &c.VAPIDKeyFile })},
+	{"FN_VAPID_PRIVATE_KEY", "", "the VAPID private key itself (base64url, as web-push tools write it), instead of the file: every relay of a fleet must use the same one", str(func(c *Config) *string { return &c.VAPIDPrivateKey })},
+	{"FN_VAPID_SUBJECT", "", "the contact VAPID tokens give push services: mailto:you@example.com or an https:// URL; empty: FN_PUBLIC_URL when it is https, else no webpush kind", func(c *Config, v string) error {
+		c.VAPIDSubject = v
+		if v == "" {
+			return nil
+		}
+		return webpush.CheckSubject(v)
 	}},
 	{"FN_APNS_KEY_FILE", "", "APNs token-auth key (.p8); empty: no APNs pushes", str(func(c *Config) *string { return &c.APNsKeyFile })},
 	{"FN_APNS_KEY_ID", "", "APNs key id", str(func(c *Config) *string { return &c.APNsKeyID })},

@@ -6,13 +6,17 @@ const (
 	PushUnifiedPush = "unifiedpush"
 	PushAPNs        = "apns"
 	PushFCM         = "fcm"
+	PushWebPush     = "webpush"
 )
 
 // PushTarget is where a content-free wake for a device goes. The zero value
 // (or Kind PushNone) means no push.
 type PushTarget struct {
-	Kind    string // PushNone, PushUnifiedPush, PushAPNs or PushFCM
-	Address string // endpoint URL, APNs device token or FCM registration token
+	Kind string // PushNone, PushUnifiedPush, PushAPNs, PushFCM or PushWebPush
+	// Address is the endpoint URL, the APNs device token or the FCM
+	// registration token; for Web Push (and UnifiedPush with keys) the
+	// endpoint, its p256dh and its auth, one per line (push.WebPushAddress).
+	Address string
 }
 
 // Empty reports whether the target sends nothing.

@@ -49,7 +49,12 @@ func checkTarget(ctx context.Context, t device.PushTarget, allowPrivate bool, r 
 		}
 		return nil
 	case device.PushUnifiedPush:
+		if hasKeys(t.Address) {
+			return checkWebPush(ctx, t.Address, allowPrivate, r)
+		}
 		return checkEndpoint(ctx, t.Address, allowPrivate, r)
+	case device.PushWebPush:
+		return checkWebPush(ctx, t.Address, allowPrivate, r)
 	case device.PushAPNs:
 		return checkAPNsToken(t.Address)
 	case device.PushFCM:

@@ -2,10 +2,17 @@ package push
 
 import "github.com/flamenet/relay/device"
 
-// newProviders builds the enabled providers: UnifiedPush always, APNs when
-// a key file is set, FCM when a credentials file is set.
+// newProviders builds the enabled providers: UnifiedPush always, Web Push
+// when the relay has a VAPID key, APNs when a key file is set, FCM when a
+// credentials file is set.
 func newProviders(cfg Config) (map[string]Provider, error) {
-	ps := map[string]Provider{device.PushUnifiedPush: newUnifiedPush(cfg)}
+	up := newUnifiedPush(cfg)
+	ps := map[string]Provider{device.PushUnifiedPush: up}
+	if cfg.WebPush.VAPID != nil {
+		// Its own connections, on the same guarded dialer.
+		wp := newUnifiedPush(cfg)
+		ps[device.PushWebPush] = webPushProvider{w: wp.web}
+	}
 	if cfg.APNs.KeyFile != "" {
 		a, err := newAPNs(cfg.APNs, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)
 		if err != nil {

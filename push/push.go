@@ -28,6 +28,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/internal/webpush"
 )
 
 // Defaults for the zero values of Config.
@@ -146,11 +147,20 @@ type Config struct {
 	AllowPrivate bool
 
 	UnifiedPush UnifiedPushConfig
-	APNs        APNsConfig // enabled when KeyFile is set
-	FCM         FCMConfig  // enabled when CredentialsFile is set
+	WebPush     WebPushConfig // enabled when VAPID is set
+	APNs        APNsConfig    // enabled when KeyFile is set
+	FCM         FCMConfig     // enabled when CredentialsFile is set
 
 	Registerer prometheus.Registerer // nil: no metrics
 	Logger     *slog.Logger          // nil: discard
+}
+
+// WebPushConfig configures Web Push, for the webpush kind and for
+// UnifiedPush registrations that carry keys (on UnifiedPush's resolver and
+// roots).
+type WebPushConfig struct {
+	VAPID *webpush.VAPID   // nil: no webpush kind, and UnifiedPush's Web Push unsigned
+	Now   func() time.Time // the VAPID tokens' clock; nil: time.Now
 }
 
 // UnifiedPushConfig configures the UnifiedPush provider, which is always on.

@@ -17,10 +17,14 @@ const WakeBody = `{"wake":"1"}`
 // device (RFC 8030 TTL header); past it the next poll finds the envelopes.
 const unifiedPushTTL = 24 * time.Hour
 
-// unifiedPush POSTs WakeBody to the device's endpoint (RFC 8030 style).
+// unifiedPush POSTs WakeBody to the device's endpoint (RFC 8030 style):
+// as Web Push, encrypted and VAPID-signed, when the registration carried
+// the subscription's keys (the distributors that speak Web Push give
+// them), and in the clear, as the first distributors take it, when not.
 type unifiedPush struct {
 	dialer *guardedDialer
 	caller *caller
+	web    *webPusher
 }
 
 func newUnifiedPush(cfg Config) *unifiedPush {
@@ -30,34 +34,29 @@ func newUnifiedPush(cfg Config) *unifiedPush {
 	// the dialer would see only the proxy.
 	tr.Proxy = nil
 	tr.DialContext = d.DialContext
-	return &unifiedPush{dialer: d, caller: newCaller(tr, cfg.AttemptTimeout)}
+	c := newCaller(tr, cfg.AttemptTimeout)
+	now := cfg.WebPush.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &unifiedPush{dialer: d, caller: c, web: &webPusher{caller: c, vapid: cfg.WebPush.VAPID, now: now}}
 }
 
 func (u *unifiedPush) Push(ctx context.Context, endpoint string) error {
+	if hasKeys(endpoint) {
+		return u.web.push(ctx, endpoint, device.PushUnifiedPush)
+	}
 	if _, err := parseEndpoint(endpoint); err != nil {
 		return err
 	}
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	h.Set("TTL", fmt.Sprint(int(unifiedPushTTL.Seconds())))
-	h.Set("Urgency", "high")
-	// One pending wake per subscription is enough: a newer one replaces it.
-	h.Set("Topic", "wake")
+	wakeHeaders(h)
 	a, err := u.caller.call(ctx, http.MethodPost, endpoint, []byte(WakeBody), h)
 	if err != nil {
 		return fmt.Errorf("unifiedpush: %w", err)
 	}
-	se := &statusError{from: device.PushUnifiedPush, status: a.status}
-	switch {
-	case a.status >= 200 && a.status < 300:
-		return nil
-	case a.status == http.StatusNotFound || a.status == http.StatusGone:
-		return fmt.Errorf("%w: %w", se, ErrGone)
-	case retryable(a.status):
-		return &RetryableError{Err: se, After: retryAfter(a.header, time.Now())}
-	default:
-		return se
-	}
+	return answered(device.PushUnifiedPush, a)
 }
 
 func (u *unifiedPush) Close() { u.caller.close() }

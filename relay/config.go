@@ -23,6 +23,9 @@ type Config struct {
 	RenewalTTL     time.Duration
 	// PublicURL is the base of invitation links; empty: from the request.
 	PublicURL string
+	// VAPIDPublicKey is the relay's VAPID public key (base64url), served
+	// for pages' applicationServerKey; empty: no webpush kind.
+	VAPIDPublicKey string
 	// PairRatePerAddress and PairRate are pair and renew attempts a
 	// minute (and the burst), from one client address and in all.
 	PairRatePerAddress int

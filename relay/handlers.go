@@ -16,6 +16,7 @@ import (
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
@@ -198,6 +199,59 @@ type pushRequest struct {
 	Kind     string `json:"kind" msgpack:"kind"`
 	Endpoint string `json:"endpoint" msgpack:"endpoint"`
 	Token    string `json:"token" msgpack:"token"`
+	// Keys are a Web Push subscription's, as PushSubscription.toJSON()
+	// writes them (unpadded base64url): webpush, and unifiedpush from
+	// distributors that speak Web Push.
+	Keys *pushKeys `json:"keys" msgpack:"keys"`
+}
+
+type pushKeys struct {
+	P256dh string `json:"p256dh" msgpack:"p256dh"`
+	Auth   string `json:"auth" msgpack:"auth"`
+}
+
+// vapidKey serves GET /v1/push/vapid: the relay's VAPID public key, for a
+// page's pushManager.subscribe({applicationServerKey}). It is public, as
+// every push service sees it; 404 when the relay sends no Web Push.
+func (s *Server) vapidKey(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.VAPIDPublicKey == "" || s.push == nil || !s.push.Enabled(device.PushWebPush) {
+		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "This relay sends no Web Push (FN_VAPID_SUBJECT is not set)."))
+		return
+	}
+	writeBody(w, r, http.StatusOK, map[string]string{"public_key": s.cfg.VAPIDPublicKey})
+}
+
+// webPushAddress is p's endpoint with its keys, or a 400 naming the field
+// that is wrong.
+func webPushAddress(p pushRequest) (string, error) {
+	if p.Keys == nil {
+		return "", badRequest("push.keys is required for kind %s: {\"p256dh\": ..., \"auth\": ...} as PushSubscription.toJSON() gives them.", p.Kind)
+	}
+	dec := func(field, v string) ([]byte, error) {
+		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "="))
+		if err != nil {
+			return nil, badRequest("push.keys.%s is not base64url.", field)
+		}
+		return b, nil
+	}
+	p256dh, err := dec("p256dh", p.Keys.P256dh)
+	if err != nil {
+		return "", err
+	}
+	auth, err := dec("auth", p.Keys.Auth)
+	if err != nil {
+		return "", err
+	}
+	sub := webpush.Subscription{P256dh: p256dh, Auth: auth}
+	if err := sub.Check(); err != nil {
+		field := "p256dh"
+		if len(p256dh) == webpush.PublicKeySize && sub.P256dhOK() {
+			field = "auth"
+		}
+		return "", &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Cause: err,
+			Message: map[string]string{"p256dh": "push.keys.p256dh must be a P-256 public key (65 bytes, uncompressed).", "auth": "push.keys.auth must be 16 bytes."}[field]}
+	}
+	return push.WebPushAddress(p.Endpoint, p256dh, auth), nil
 }
 
 type registerRequest struct {
@@ -257,17 +311,30 @@ func (s *Server) pushTarget(ctx context.Context, p pushRequest) (device.PushTarg
 	switch p.Kind {
 	case device.PushNone:
 		return device.PushTarget{Kind: device.PushNone}, nil
-	case device.PushUnifiedPush, device.PushAPNs, device.PushFCM:
+	case device.PushUnifiedPush, device.PushAPNs, device.PushFCM, device.PushWebPush:
 	default:
-		return device.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, apns, fcm.")
+		return device.PushTarget{}, badRequest("push.kind must be one of none, unifiedpush, webpush, apns, fcm.")
 	}
 	if s.push == nil || !s.push.Enabled(p.Kind) {
 		return device.PushTarget{}, badRequest("push.kind %s is not configured on this relay.", p.Kind)
+	}
+	if p.Kind == device.PushWebPush || (p.Kind == device.PushUnifiedPush && p.Keys != nil) {
+		if strings.ContainsAny(p.Endpoint, "\n") {
+			return device.PushTarget{}, badRequest("push.endpoint must be an http or https URL of printable ASCII without credentials.")
+		}
+		a, err := webPushAddress(p)
+		if err != nil {
+			return device.PushTarget{}, err
+		}
+		addr = a
+	} else if p.Keys != nil {
+		return device.PushTarget{}, badRequest("push.keys is for kinds webpush and unifiedpush only.")
 	}
 	t := device.PushTarget{Kind: p.Kind, Address: addr}
 	if err := s.push.CheckTarget(ctx, t); err != nil {
 		msg := map[string]string{
 			device.PushUnifiedPush: "push.endpoint must be an http or https URL of printable ASCII without credentials.",
+			device.PushWebPush:     "push.endpoint must be an http or https URL of printable ASCII without credentials.",
 			device.PushAPNs:        "push.endpoint must be a hex APNs device token.",
 			device.PushFCM:         "push.endpoint must be an FCM registration token of printable ASCII.",
 		}[p.Kind]

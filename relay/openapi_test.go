@@ -19,8 +19,10 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/pairing"
+	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/token"
 )
 
@@ -275,6 +277,24 @@ func TestOpenAPIStatuses(t *testing.T) {
 	} {
 		c.check(r)
 	}
+
+	// The VAPID key: served by a relay that sends Web Push, 404 by one
+	// that does not.
+	vapidKey, _ := webpush.GenerateVAPIDKey()
+	vapid, err := webpush.NewVAPID(vapidKey, "mailto:ops@relay.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wq, err := push.New(push.Config{WebPush: push.WebPushConfig{VAPID: vapid}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wq.Close(context.Background())
+	webPushing := newHarness(t, func(c *Config) { c.VAPIDPublicKey = vapid.PublicKey() })
+	webPushing.srv.push = wq
+	c.check(call{h: webPushing, op: "GET /v1/push/vapid", status: 200})
+	c.check(call{h: webPushing, op: "GET /v1/push/vapid", header: wantMsgpack, status: 200})
+	c.check(call{h: h, op: "GET /v1/push/vapid", status: 404, code: codeNotFound})
 
 	// The held-poll cap: one poll held, the next one refused.
 	ctx, cancel := context.WithCancel(context.Background())

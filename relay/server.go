@@ -299,6 +299,7 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r.Get("/ready", s.ready)
 	r.Head("/ready", s.ready)
 	r.Post("/v1/register", s.authed(s.register))
+	r.Get("/v1/push/vapid", s.vapidKey)
 	r.Post("/v1/send", countSends(s.authed(s.send)))
 	r.Get(routePoll, timePolls(s.authedHolding(s.poll)))
 	r.Post("/v1/ack", s.authed(s.ack))

@@ -46,16 +46,22 @@ type Subscription struct {
 // Check says whether s's keys can be encrypted to, with ErrKey naming
 // which field is wrong.
 func (s Subscription) Check() error {
-	if len(s.P256dh) != PublicKeySize || s.P256dh[0] != 4 {
+	if !s.P256dhOK() {
 		return fmt.Errorf("%w: p256dh is not an uncompressed P-256 point (65 bytes, 0x04 first)", ErrKey)
-	}
-	if _, err := ecdh.P256().NewPublicKey(s.P256dh); err != nil {
-		return fmt.Errorf("%w: p256dh is not a point of P-256", ErrKey)
 	}
 	if len(s.Auth) != AuthSize {
 		return fmt.Errorf("%w: auth is %d bytes, not %d", ErrKey, len(s.Auth), AuthSize)
 	}
 	return nil
+}
+
+// P256dhOK says whether s's p256dh, at least, is usable.
+func (s Subscription) P256dhOK() bool {
+	if len(s.P256dh) != PublicKeySize || s.P256dh[0] != 4 {
+		return false
+	}
+	_, err := ecdh.P256().NewPublicKey(s.P256dh)
+	return err == nil
 }
 
 // Encrypt is plaintext encrypted to s as an aes128gcm body of one record,

@@ -7,10 +7,20 @@
 // one device registration reaches.
 
 /** A push target of a device (schema PushTarget). */
+/** A Web Push subscription's keys, in unpadded base64url (schema PushKeys). */
+export interface PushKeys {
+  p256dh: string;
+  auth: string;
+}
+
 export interface PushTarget {
-  kind: "none" | "unifiedpush" | "apns" | "fcm";
+  kind: "none" | "unifiedpush" | "webpush" | "apns" | "fcm";
   endpoint?: string;
   token?: string;
+  /** A Web Push subscription's keys, as PushSubscription.toJSON() writes them. */
+  keys?: PushKeys;
+  /** Written by PushSubscription.toJSON(); the relay ignores it. */
+  expirationTime?: number | null;
 }
 
 /** POST /v1/register's body (schema RegisterRequest); every field optional. */
@@ -80,7 +90,7 @@ export interface AckRequest {
 export interface Device {
   device: string;
   /** The kind of the device's push target; "none" without one. */
-  push_kind: "none" | "unifiedpush" | "apns" | "fcm";
+  push_kind: "none" | "unifiedpush" | "webpush" | "apns" | "fcm";
   /** Standard base64 of the registered Ed25519 public key; null without one. */
   identity_key: string | null;
   /** Standard base64 of its X25519 form; null without one. */
