@@ -220,9 +220,9 @@ func checkConsole(t *testing.T, name string, client *http.Client, base, admin st
 			t.Errorf("GET %s through %s: %d %v", path, name, r.status, r.header)
 		}
 	}
-	r := do(t, client, "POST", base+"/v1/invitations", admin, `{"device":"phone"}`, nil)
+	r := do(t, client, "POST", base+"/v1/invitations", admin, `{"device":"watch"}`, nil)
 	var inv struct{ Code, URL string }
-	if r.status != http.StatusCreated || json.Unmarshal(r.body, &inv) != nil || inv.URL != base+"/console/#pair="+inv.Code {
+	if r.status != http.StatusCreated || json.Unmarshal(r.body, &inv) != nil || inv.URL != base+"/console/#pair="+inv.Code+"&household=home" {
 		t.Fatalf("an invitation through %s: %d %s (want its link on %s)", name, r.status, r.body, base)
 	}
 	r = do(t, client, "POST", base+"/console/qr", admin, `{"code":"`+inv.Code+`"}`, nil)
