@@ -300,9 +300,10 @@ func pushConfig(cfg config.Config, log *slog.Logger) push.Config {
 		AttemptTimeout:        cfg.PushAttemptTimeout,
 		Timeout:               cfg.PushTimeout,
 		AllowPrivate:          cfg.PushAllowPrivate,
-		APNs:                  push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL},
-		FCM:                   push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
-		Logger:                log,
+		APNs: push.APNsConfig{KeyFile: cfg.APNsKeyFile, KeyID: cfg.APNsKeyID, TeamID: cfg.APNsTeamID, Topic: cfg.APNsTopic, URL: cfg.APNsURL,
+			AlertText: cfg.APNsAlertText},
+		FCM:    push.FCMConfig{CredentialsFile: cfg.FCMCredentialsFile, URL: cfg.FCMURL, TokenURL: cfg.FCMTokenURL},
+		Logger: log,
 	}
 }
 

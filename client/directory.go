@@ -21,6 +21,7 @@ type registerRequest struct {
 type pushTarget struct {
 	Kind     string    `json:"kind" msgpack:"kind"`
 	Endpoint string    `json:"endpoint,omitempty" msgpack:"endpoint,omitempty"`
+	Alert    bool      `json:"alert,omitempty" msgpack:"alert,omitempty"`
 	Keys     *pushKeys `json:"keys,omitempty" msgpack:"keys,omitempty"`
 }
 
@@ -41,6 +42,14 @@ func WithIdentityKey(key ed25519.PublicKey) RegisterOption {
 // registration token), or "none" (endpoint "") to clear it.
 func WithPushTarget(kind, endpoint string) RegisterOption {
 	return func(r *registerRequest) { r.Push = &pushTarget{Kind: kind, Endpoint: endpoint} }
+}
+
+// WithAPNsAlerts sets an APNs device token as the push target, with
+// alert pushes (mutable-content) that the app's Notification Service
+// Extension opens, instead of background pushes, which iOS delivers at
+// its discretion and never to an app the user swiped away.
+func WithAPNsAlerts(deviceToken string) RegisterOption {
+	return func(r *registerRequest) { r.Push = &pushTarget{Kind: "apns", Endpoint: deviceToken, Alert: true} }
 }
 
 // WithWebPush sets a Web Push subscription as the push target: kind

@@ -99,6 +99,7 @@ type Config struct {
 	APNsTeamID           string
 	APNsTopic            string
 	APNsURL              string
+	APNsAlertText        string
 	FCMCredentialsFile   string
 	FCMURL               string
 	FCMTokenURL          string
@@ -376,6 +377,7 @@ var settings = []Setting{
 	{"FN_APNS_KEY_ID", "", "APNs key id", str(func(c *Config) *string { return &c.APNsKeyID })},
 	{"FN_APNS_TEAM_ID", "", "Apple developer team id", str(func(c *Config) *string { return &c.APNsTeamID })},
 	{"FN_APNS_TOPIC", "", "the app's bundle id (apns-topic)", str(func(c *Config) *string { return &c.APNsTopic })},
+	{"FN_APNS_ALERT_TEXT", "New message", "the text of APNs alert pushes, shown only when the app's Notification Service Extension cannot replace it", str(func(c *Config) *string { return &c.APNsAlertText })},
 	{"FN_APNS_URL", "https://api.push.apple.com", "APNs base URL (https://api.sandbox.push.apple.com for development builds)", str(func(c *Config) *string { return &c.APNsURL })},
 	{"FN_FCM_CREDENTIALS_FILE", "", "FCM service-account JSON file; empty: no FCM pushes", str(func(c *Config) *string { return &c.FCMCredentialsFile })},
 	{"FN_FCM_URL", "https://fcm.googleapis.com", "FCM HTTP v1 base URL", str(func(c *Config) *string { return &c.FCMURL })},

@@ -23,6 +23,13 @@ const (
 	// APNsBody is the whole body of every APNs push: a background
 	// notification that lets the app run and poll, with nothing in it.
 	APNsBody = `{"aps":{"content-available":1}}`
+	// APNsAlertPrefix marks an APNs target that asked for alert pushes:
+	// the address is the prefix and the device token.
+	APNsAlertPrefix = "alert:"
+	// DefaultAPNsAlertText is an alert push's text when FN_APNS_ALERT_TEXT
+	// is not set: shown only when the app's Notification Service
+	// Extension cannot run (it replaces the text with the message).
+	DefaultAPNsAlertText = "New message"
 	// apnsCollapseID: one pending wake per device is enough, a newer one
 	// replaces it (collapse ids apply per device token).
 	apnsCollapseID = "fn-wake"
@@ -33,15 +40,17 @@ const (
 	apnsExpiration  = 24 * time.Hour
 )
 
-// apns sends background pushes over HTTP/2 with token-based auth.
+// apns sends background or alert pushes over HTTP/2 with token-based
+// auth.
 type apns struct {
-	url    string
-	keyID  string
-	teamID string
-	topic  string
-	key    *ecdsa.PrivateKey
-	caller *caller
-	now    func() time.Time
+	url       string
+	keyID     string
+	teamID    string
+	topic     string
+	alertBody []byte // the body of every alert push
+	key       *ecdsa.PrivateKey
+	caller    *caller
+	now       func() time.Time
 
 	mu     sync.Mutex
 	token  string
@@ -64,14 +73,23 @@ func newAPNs(cfg APNsConfig, headerTimeout, attempt time.Duration) (*apns, error
 	if base == "" {
 		base = DefaultAPNsURL
 	}
+	text := cfg.AlertText
+	if text == "" {
+		text = DefaultAPNsAlertText
+	}
+	alert, err := apnsAlertBody(text)
+	if err != nil {
+		return nil, err
+	}
 	return &apns{
-		url:    strings.TrimRight(base, "/"),
-		keyID:  cfg.KeyID,
-		teamID: cfg.TeamID,
-		topic:  cfg.Topic,
-		key:    key,
-		caller: newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt),
-		now:    time.Now,
+		alertBody: alert,
+		url:       strings.TrimRight(base, "/"),
+		keyID:     cfg.KeyID,
+		teamID:    cfg.TeamID,
+		topic:     cfg.Topic,
+		key:       key,
+		caller:    newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt),
+		now:       time.Now,
 	}, nil
 }
 
@@ -107,7 +125,15 @@ func (a *apns) expire(tok string) bool {
 	return true
 }
 
-func (a *apns) Push(ctx context.Context, deviceToken string) error {
+// apnsAlertBody is an alert push's body: the operator's generic text,
+// and mutable-content, which lets the app's Notification Service
+// Extension run, fetch the envelopes and show them instead.
+func apnsAlertBody(text string) ([]byte, error) {
+	return json.Marshal(map[string]any{"aps": map[string]any{"alert": map[string]string{"body": text}, "mutable-content": 1}})
+}
+
+func (a *apns) Push(ctx context.Context, address string) error {
+	deviceToken, alert := strings.CutPrefix(address, APNsAlertPrefix)
 	if err := checkAPNsToken(deviceToken); err != nil {
 		return err
 	}
@@ -116,7 +142,7 @@ func (a *apns) Push(ctx context.Context, deviceToken string) error {
 		if err != nil {
 			return err
 		}
-		status, reason, after, err := a.post(ctx, deviceToken, tok)
+		status, reason, after, err := a.post(ctx, deviceToken, tok, alert)
 		if err != nil {
 			return err
 		}
@@ -139,24 +165,33 @@ func (a *apns) Push(ctx context.Context, deviceToken string) error {
 
 // post sends one push. Its errors never name the URL, which holds the
 // device token.
-func (a *apns) post(ctx context.Context, deviceToken, providerToken string) (status int, reason string, after time.Duration, err error) {
+func (a *apns) post(ctx context.Context, deviceToken, providerToken string, alert bool) (status int, reason string, after time.Duration, err error) {
 	h := http.Header{}
 	h.Set("Authorization", "bearer "+providerToken)
 	h.Set("Content-Type", "application/json")
-	h.Set("apns-push-type", "background")
-	h.Set("apns-priority", "5") // background pushes must not use 10
+	body := []byte(APNsBody)
+	if alert {
+		// Delivered at once, even to an app the user swiped away; the
+		// extension has about 30 s to replace the text.
+		h.Set("apns-push-type", "alert")
+		h.Set("apns-priority", "10")
+		body = a.alertBody
+	} else {
+		h.Set("apns-push-type", "background")
+		h.Set("apns-priority", "5") // background pushes must not use 10
+	}
 	h.Set("apns-topic", a.topic)
 	h.Set("apns-expiration", strconv.FormatInt(a.now().Add(apnsExpiration).Unix(), 10))
 	h.Set("apns-collapse-id", apnsCollapseID)
-	ans, err := a.caller.call(ctx, http.MethodPost, a.url+"/3/device/"+deviceToken, []byte(APNsBody), h)
+	ans, err := a.caller.call(ctx, http.MethodPost, a.url+"/3/device/"+deviceToken, body, h)
 	if err != nil {
 		return 0, "", 0, fmt.Errorf("apns: %w", err)
 	}
-	var body struct {
+	var answer struct {
 		Reason string `json:"reason"`
 	}
-	_ = json.Unmarshal(ans.body, &body) // a 200 has no body; an odd one just has no reason
-	return ans.status, body.Reason, retryAfter(ans.header, a.now()), nil
+	_ = json.Unmarshal(ans.body, &answer) // a 200 has no body; an odd one just has no reason
+	return ans.status, answer.Reason, retryAfter(ans.header, a.now()), nil
 }
 
 func (a *apns) Close() { a.caller.close() }

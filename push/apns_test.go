@@ -25,9 +25,10 @@ import (
 )
 
 const (
-	testKeyID  = "ABC123DEFG"
-	testTeamID = "DEF123GHIJ"
-	testTopic  = "net.flame.app"
+	testAlertText = "Something new"
+	testKeyID     = "ABC123DEFG"
+	testTeamID    = "DEF123GHIJ"
+	testTopic     = "net.flame.app"
 )
 
 // apnsFake speaks APNs over TLS with HTTP/2. It checks each request as APNs
@@ -45,6 +46,7 @@ type apnsFake struct {
 	hits     map[string]int
 	tokens   map[string]int
 	iats     []int64
+	kinds    []string // apns-push-type of each push that passed the body check
 	problems []string
 }
 
@@ -83,13 +85,21 @@ func (f *apnsFake) serve(w http.ResponseWriter, r *http.Request) {
 		f.problem(w, "%s %s", r.Method, r.URL.Path)
 		return
 	}
-	if string(body) != APNsBody || strings.Contains(string(body), marker) {
+	h := r.Header
+	// A background push, or an alert push as PUSH.md gives it.
+	wantBody, wantType, wantPriority := APNsBody, "background", "5"
+	if h.Get("apns-push-type") == "alert" {
+		wantBody, wantType, wantPriority = `{"aps":{"alert":{"body":"`+testAlertText+`"},"mutable-content":1}}`, "alert", "10"
+	}
+	if string(body) != wantBody || strings.Contains(string(body), marker) {
 		f.problem(w, "body %q", body)
 		return
 	}
-	h := r.Header
+	f.mu.Lock()
+	f.kinds = append(f.kinds, wantType)
+	f.mu.Unlock()
 	exp, err := strconv.ParseInt(h.Get("apns-expiration"), 10, 64)
-	if h.Get("apns-push-type") != "background" || h.Get("apns-priority") != "5" ||
+	if h.Get("apns-push-type") != wantType || h.Get("apns-priority") != wantPriority ||
 		h.Get("apns-topic") != testTopic || err != nil || exp <= 0 || h.Get("apns-collapse-id") == "" ||
 		len(h.Get("apns-collapse-id")) > 64 {
 		f.problem(w, "headers %v", h)
@@ -164,7 +174,34 @@ func (f *apnsFake) hitsFor(device string) int {
 }
 
 func apnsConfig(keyFile string, f *apnsFake) APNsConfig {
-	return APNsConfig{KeyFile: keyFile, KeyID: testKeyID, TeamID: testTeamID, Topic: testTopic, URL: f.srv.URL, RootCAs: f.roots()}
+	return APNsConfig{KeyFile: keyFile, KeyID: testKeyID, TeamID: testTeamID, Topic: testTopic, URL: f.srv.URL, RootCAs: f.roots(),
+		AlertText: testAlertText}
+}
+
+// TestAPNsAlert: a target that asked for alerts gets an alert push with
+// exactly PUSH.md's headers (apns-push-type alert, priority 10, the same
+// collapse id) and body (the operator's text, mutable-content 1); one
+// that did not gets today's background push.
+func TestAPNsAlert(t *testing.T) {
+	key, keyFile := newP8(t)
+	fake := newAPNsFake(t, &key.PublicKey, nil)
+	q := newQueue(t, Config{APNs: apnsConfig(keyFile, fake)}, nil)
+	alert, background := devToken("aa"), devToken("bb")
+	for name, addr := range map[string]string{"alert": APNsAlertPrefix + alert, "background": background} {
+		target := device.PushTarget{Kind: device.PushAPNs, Address: addr}
+		if err := q.CheckTarget(context.Background(), target); err != nil {
+			t.Fatalf("%s target: %v", name, err)
+		}
+		q.Enqueue(Job{Household: "home-" + name, Device: name, Target: target})
+	}
+	waitFor(t, "both pushes sent", func() bool { return q.Stats().Sent == 2 })
+	fake.check(t)
+	fake.mu.Lock()
+	kinds := strings.Join(fake.kinds, ",")
+	fake.mu.Unlock()
+	if fake.hitsFor(alert) != 1 || fake.hitsFor(background) != 1 || (kinds != "alert,background" && kinds != "background,alert") {
+		t.Errorf("pushes %q to %d/%d", kinds, fake.hitsFor(alert), fake.hitsFor(background))
+	}
 }
 
 func devToken(prefix string) string {

@@ -56,7 +56,7 @@ func checkTarget(ctx context.Context, t device.PushTarget, allowPrivate bool, r 
 	case device.PushWebPush:
 		return checkWebPush(ctx, t.Address, allowPrivate, r)
 	case device.PushAPNs:
-		return checkAPNsToken(t.Address)
+		return checkAPNsToken(strings.TrimPrefix(t.Address, APNsAlertPrefix))
 	case device.PushFCM:
 		return checkFCMToken(t.Address)
 	default:

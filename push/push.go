@@ -177,6 +177,10 @@ type APNsConfig struct {
 	Topic   string // the app's bundle id (FN_APNS_TOPIC)
 	URL     string // default https://api.push.apple.com (FN_APNS_URL)
 	RootCAs *x509.CertPool
+	// AlertText is the text of alert pushes (FN_APNS_ALERT_TEXT), shown
+	// only when the app's extension cannot replace it; default
+	// DefaultAPNsAlertText.
+	AlertText string
 }
 
 // FCMConfig configures FCM HTTP v1.

@@ -199,6 +199,9 @@ type pushRequest struct {
 	Kind     string `json:"kind" msgpack:"kind"`
 	Endpoint string `json:"endpoint" msgpack:"endpoint"`
 	Token    string `json:"token" msgpack:"token"`
+	// Alert asks APNs for alert pushes with mutable-content, which a
+	// Notification Service Extension opens, instead of background pushes.
+	Alert bool `json:"alert" msgpack:"alert"`
 	// Keys are a Web Push subscription's, as PushSubscription.toJSON()
 	// writes them (unpadded base64url): webpush, and unifiedpush from
 	// distributors that speak Web Push.
@@ -345,6 +348,11 @@ func (s *Server) pushTarget(ctx context.Context, p pushRequest) (device.PushTarg
 	}
 	if p.Kind == device.PushAPNs {
 		t.Address = strings.ToLower(t.Address) // one spelling per device token
+		if p.Alert {
+			t.Address = push.APNsAlertPrefix + t.Address
+		}
+	} else if p.Alert {
+		return device.PushTarget{}, badRequest("push.alert is for kind apns only.")
 	}
 	return t, nil
 }

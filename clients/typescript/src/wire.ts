@@ -17,6 +17,8 @@ export interface PushTarget {
   kind: "none" | "unifiedpush" | "webpush" | "apns" | "fcm";
   endpoint?: string;
   token?: string;
+  /** APNs only: alert pushes with mutable-content, which a Notification Service Extension opens, instead of background pushes. */
+  alert?: boolean;
   /** A Web Push subscription's keys, as PushSubscription.toJSON() writes them. */
   keys?: PushKeys;
   /** Written by PushSubscription.toJSON(); the relay ignores it. */
