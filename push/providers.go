@@ -9,9 +9,9 @@ func newProviders(cfg Config) (map[string]Provider, error) {
 	up := newUnifiedPush(cfg)
 	ps := map[string]Provider{device.PushUnifiedPush: up}
 	if cfg.WebPush.VAPID != nil {
-		// Its own connections, on the same guarded dialer.
-		wp := newUnifiedPush(cfg)
-		ps[device.PushWebPush] = webPushProvider{w: wp.web}
+		// UnifiedPush's sender, its guarded dialer and its connections:
+		// the endpoints are the same kind of URL, given by the public.
+		ps[device.PushWebPush] = webPushProvider{w: up.web}
 	}
 	if cfg.APNs.KeyFile != "" {
 		a, err := newAPNs(cfg.APNs, cfg.ResponseHeaderTimeout, cfg.AttemptTimeout)

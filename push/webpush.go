@@ -129,4 +129,6 @@ func (p webPushProvider) Push(ctx context.Context, address string) error {
 	return p.w.push(ctx, address, device.PushWebPush)
 }
 
+// Close closes the idle connections it shares with UnifiedPush (closing
+// twice is harmless).
 func (p webPushProvider) Close() { p.w.caller.close() }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -336,4 +337,65 @@ func TestWebPushTargets(t *testing.T) {
 			t.Errorf("%q: %v, want %v", strings.ReplaceAll(tc.addr, "\n", " "), err, tc.want)
 		}
 	}
+}
+
+// TestWebPushSendRefusesPrivate: a Web Push target (webpush, and
+// unifiedpush with keys) goes through UnifiedPush's guarded dialer: names
+// that resolve inside, and internal addresses, are refused at send time,
+// and nothing reaches the loopback service behind them.
+func TestWebPushSendRefusesPrivate(t *testing.T) {
+	svc := newPushService(t, nil)
+	port := svc.srv.Listener.Addr().(*net.TCPAddr).Port
+	resolver := fakeResolver{"rebind.example": {"127.0.0.1"}, "lan.example": {"10.0.0.1"}}
+	sub := newSubscriber(t)
+	q := newQueue(t, Config{UnifiedPush: UnifiedPushConfig{Resolver: resolver}, WebPush: WebPushConfig{VAPID: testVAPID(t)}}, nil)
+	q.providers[device.PushUnifiedPush].(*unifiedPush).dialer.afterCheck = loopbackOnly
+	targets := []string{
+		svc.srv.URL + "/direct",
+		fmt.Sprintf("http://rebind.example:%d/rebind", port),
+		fmt.Sprintf("http://[::1]:%d/v6", port),
+		fmt.Sprintf("http://lan.example:%d/lan", port),
+		"http://169.254.169.254/latest/meta-data",
+	}
+	n := 0
+	for _, kind := range []string{device.PushWebPush, device.PushUnifiedPush} {
+		for _, u := range targets {
+			q.Enqueue(Job{Household: fmt.Sprint("hh", n), Device: "d", Target: device.PushTarget{Kind: kind, Address: sub.address(u)}})
+			n++
+		}
+	}
+	waitFor(t, "pushes refused", func() bool { return q.Stats().Failed == uint64(n) })
+	if s := closeQueue(t, q); s.Sent != 0 || s.Gone != 0 || s.Retried != 0 {
+		t.Errorf("stats %+v; want every push failed, none gone or retried", s)
+	}
+	if got := svc.received(); len(got) != 0 {
+		t.Errorf("the loopback push service received %d pushes", len(got))
+	}
+}
+
+// TestWebPushHangingEndpoint: a Web Push endpoint that never answers
+// costs its own household, within the attempt bound, not the others.
+func TestWebPushHangingEndpoint(t *testing.T) {
+	gate := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(gate); hang.Close() })
+	healthy := newPushService(t, nil)
+	sub := newSubscriber(t)
+	q := newQueue(t, Config{Workers: 4, HouseholdInFlight: 2, AllowPrivate: true, ResponseHeaderTimeout: 300 * time.Millisecond,
+		AttemptTimeout: time.Second, WebPush: WebPushConfig{VAPID: testVAPID(t)}}, nil)
+	for i := range 6 {
+		q.Enqueue(Job{Household: "A", Device: fmt.Sprint("a", i), Target: device.PushTarget{Kind: device.PushWebPush, Address: sub.address(hang.URL + fmt.Sprint("/a", i))}})
+	}
+	start := time.Now()
+	q.Enqueue(Job{Household: "B", Device: "b", Target: device.PushTarget{Kind: device.PushWebPush, Address: sub.address(healthy.srv.URL + "/b")}})
+	waitFor(t, "B's push sent", func() bool { return q.Stats().Sent == 1 })
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("B's push took %v behind A's hanging endpoints", took)
+	}
+	waitFor(t, "A's pushes given up", func() bool { return q.Stats().Failed == 6 })
 }
