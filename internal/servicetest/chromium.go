@@ -35,6 +35,7 @@ type Browser struct {
 	next    int
 	waiting map[int]chan cdpMessage
 	logged  []string // errors the page logged: exceptions, policy violations
+	events  []cdpMessage // ServiceWorker domain events, for Events
 	closed  error
 }
 
@@ -168,6 +169,8 @@ func (b *Browser) read(r *os.File) {
 			delete(b.waiting, m.ID)
 		} else if e := pageError(m); e != "" {
 			b.logged = append(b.logged, e)
+		} else if strings.HasPrefix(m.Method, "ServiceWorker.") {
+			b.events = append(b.events, m)
 		}
 		b.mu.Unlock()
 	}
@@ -192,6 +195,27 @@ func pageError(m cdpMessage) string {
 		}
 	}
 	return ""
+}
+
+// Events are the params of the ServiceWorker domain's events named method
+// received so far (after ServiceWorker.enable), oldest first.
+func (b *Browser) Events(method string) []json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []json.RawMessage
+	for _, m := range b.events {
+		if m.Method == method {
+			out = append(out, m.Params)
+		}
+	}
+	return out
+}
+
+// CallBrowser sends a command to the browser itself (the Browser domain,
+// such as Browser.grantPermissions), not to the page.
+func (b *Browser) CallBrowser(method string, params, result any) {
+	b.t.Helper()
+	b.call("", method, params, result)
 }
 
 // Call sends a command to the page and decodes its result into result

@@ -25,3 +25,8 @@ export function decodeBase64(s: string): Uint8Array {
 export function encodeBase64URL(bytes: Uint8Array): string {
   return encodeBase64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
+
+export function decodeBase64URL(s: string): Uint8Array {
+  const std = s.replace(/-/g, "+").replace(/_/g, "/");
+  return decodeBase64(std + "=".repeat((4 - (std.length % 4)) % 4));
+}

@@ -157,6 +157,15 @@ export class RelayClient {
     return (await this.request<wire.RegisterResponse>("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal))!;
   }
 
+  /**
+   * The relay's VAPID public key (GET /v1/push/vapid, unpadded base64url),
+   * a page's applicationServerKey for pushManager.subscribe. A RelayError
+   * of status 404 when the relay sends no Web Push.
+   */
+  async vapidKey(opts: { signal?: AbortSignal } = {}): Promise<string> {
+    return (await this.request<{ public_key: string }>("GET", "/v1/push/vapid", undefined, 200, this.requestTimeoutMs, opts.signal))!.public_key;
+  }
+
   /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
   async devices(opts: { limit?: number; after?: string; signal?: AbortSignal } = {}): Promise<wire.DevicesResponse> {
     const q = new URLSearchParams();

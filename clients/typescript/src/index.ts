@@ -16,3 +16,5 @@ export type { DirectoryEntry, OpenedEnvelope, ListenSealedOptions } from "./seal
 export type { SendResponse, RegisterResponse, RegisterRequest, PushTarget, Delivery, Device, DevicesResponse, InvitationRequest, InvitationResponse } from "./wire.js";
 export { FixedToken, LocalStorageCredentialStore, MemoryCredentialStore, RenewingCredentials, UnauthorizedError, pair } from "./credentials.js";
 export type { CredentialSource, CredentialStore, Credentials, KeyValueStorage, LockManagerLike, PairOptions, RenewingOptions } from "./credentials.js";
+export { subscribeWebPush } from "./webpush.js";
+export type { PushRegistration, PushSubscriptionLike } from "./webpush.js";

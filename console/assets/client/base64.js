@@ -21,3 +21,7 @@ export function decodeBase64(s) {
 export function encodeBase64URL(bytes) {
     return encodeBase64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
+export function decodeBase64URL(s) {
+    const std = s.replace(/-/g, "+").replace(/_/g, "/");
+    return decodeBase64(std + "=".repeat((4 - (std.length % 4)) % 4));
+}

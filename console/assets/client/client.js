@@ -56,6 +56,14 @@ export class RelayClient {
     async register(body = {}, opts = {}) {
         return (await this.request("POST", "/v1/register", body, 200, this.requestTimeoutMs, opts.signal));
     }
+    /**
+     * The relay's VAPID public key (GET /v1/push/vapid, unpadded base64url),
+     * a page's applicationServerKey for pushManager.subscribe. A RelayError
+     * of status 404 when the relay sends no Web Push.
+     */
+    async vapidKey(opts = {}) {
+        return (await this.request("GET", "/v1/push/vapid", undefined, 200, this.requestTimeoutMs, opts.signal)).public_key;
+    }
     /** One page of the household's directory, ordered by device name (readDirectory reads them all). */
     async devices(opts = {}) {
         const q = new URLSearchParams();
