@@ -12,7 +12,7 @@
 //
 // A real app renews the token here as the page does (RenewingCredentials
 // over a store both can read); this example keeps what the page gave it.
-import { Identity, RelayClient, open } from "@flamenet/relay-client";
+import { Identity, RelayClient, open, subscribeWebPush } from "@flamenet/relay-client";
 
 const CACHE = "relay-device";
 const KEY = "/relay-device.json";
@@ -33,6 +33,14 @@ self.addEventListener("message", (ev) => {
 });
 
 self.addEventListener("push", (ev) => ev.waitUntil(showEnvelopes()));
+
+// The browser replaced the subscription (or dropped it): subscribe again
+// and tell the relay, or the device is woken no more.
+self.addEventListener("pushsubscriptionchange", (ev) =>
+  ev.waitUntil(
+    load().then((d) => d && subscribeWebPush(new RelayClient({ url: d.relay, token: d.token }), self.registration)),
+  ),
+);
 
 async function showEnvelopes() {
   const d = await load();
