@@ -34,7 +34,7 @@ type Browser struct {
 	mu      sync.Mutex
 	next    int
 	waiting map[int]chan cdpMessage
-	logged  []string // errors the page logged: exceptions, policy violations
+	logged  []string     // errors the page logged: exceptions, policy violations
 	events  []cdpMessage // ServiceWorker domain events, for Events
 	closed  error
 }
