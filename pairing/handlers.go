@@ -96,7 +96,9 @@ func (p *Pairing) CreateInvitation(w http.ResponseWriter, r *http.Request, c *to
 
 // CancelInvitation serves DELETE /v1/invitations/{device}: an admin
 // cancels the device's pending invitation, whose code no longer pairs.
-func (p *Pairing) CancelInvitation(w http.ResponseWriter, r *http.Request, c *token.Claims, name string) error {
+// The name is the route's {device} (the router sets the path value).
+func (p *Pairing) CancelInvitation(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
+	name := r.PathValue("device")
 	if err := requireAdmin(c, "cancel invitations"); err != nil {
 		return err
 	}

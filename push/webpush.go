@@ -24,6 +24,44 @@ func WebPushAddress(endpoint string, p256dh, auth []byte) string {
 	return endpoint + "\n" + enc.EncodeToString(p256dh) + "\n" + enc.EncodeToString(auth)
 }
 
+// KeyError is a subscription key a registration gave that cannot be
+// used, naming its field (p256dh or auth).
+type KeyError struct {
+	Field, Reason string
+}
+
+func (e *KeyError) Error() string { return "push: keys." + e.Field + " " + e.Reason }
+
+// WebPushTarget is the address of a subscription as a browser's
+// PushSubscription.toJSON() gives it (keys in base64url, padded or not),
+// or a *KeyError naming the key that is wrong. The endpoint is checked
+// with the target (CheckTarget), not here.
+func WebPushTarget(endpoint, p256dh, auth string) (string, error) {
+	dec := func(field, v string) ([]byte, error) {
+		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "="))
+		if err != nil {
+			return nil, &KeyError{Field: field, Reason: "is not base64url"}
+		}
+		return b, nil
+	}
+	p, err := dec("p256dh", p256dh)
+	if err != nil {
+		return "", err
+	}
+	a, err := dec("auth", auth)
+	if err != nil {
+		return "", err
+	}
+	sub := webpush.Subscription{P256dh: p, Auth: a}
+	switch {
+	case !sub.P256dhOK():
+		return "", &KeyError{Field: "p256dh", Reason: "must be a P-256 public key (65 bytes, uncompressed)"}
+	case sub.Check() != nil:
+		return "", &KeyError{Field: "auth", Reason: fmt.Sprintf("must be %d bytes", webpush.AuthSize)}
+	}
+	return WebPushAddress(endpoint, p, a), nil
+}
+
 // hasKeys says whether address carries a subscription's keys.
 func hasKeys(address string) bool { return strings.Contains(address, "\n") }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/edkey"
-	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
@@ -230,31 +229,12 @@ func webPushAddress(p pushRequest) (string, error) {
 	if p.Keys == nil {
 		return "", badRequest("push.keys is required for kind %s: {\"p256dh\": ..., \"auth\": ...} as PushSubscription.toJSON() gives them.", p.Kind)
 	}
-	dec := func(field, v string) ([]byte, error) {
-		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "="))
-		if err != nil {
-			return nil, badRequest("push.keys.%s is not base64url.", field)
-		}
-		return b, nil
+	a, err := push.WebPushTarget(p.Endpoint, p.Keys.P256dh, p.Keys.Auth)
+	var ke *push.KeyError
+	if errors.As(err, &ke) {
+		return "", badRequest("push.keys.%s %s.", ke.Field, ke.Reason)
 	}
-	p256dh, err := dec("p256dh", p.Keys.P256dh)
-	if err != nil {
-		return "", err
-	}
-	auth, err := dec("auth", p.Keys.Auth)
-	if err != nil {
-		return "", err
-	}
-	sub := webpush.Subscription{P256dh: p256dh, Auth: auth}
-	if err := sub.Check(); err != nil {
-		field := "p256dh"
-		if len(p256dh) == webpush.PublicKeySize && sub.P256dhOK() {
-			field = "auth"
-		}
-		return "", &httpError{Status: http.StatusBadRequest, Code: codeBadRequest, Cause: err,
-			Message: map[string]string{"p256dh": "push.keys.p256dh must be a P-256 public key (65 bytes, uncompressed).", "auth": "push.keys.auth must be 16 bytes."}[field]}
-	}
-	return push.WebPushAddress(p.Endpoint, p256dh, auth), nil
+	return a, err
 }
 
 type registerRequest struct {

@@ -5,13 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/store"
-	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake"
 )
 
@@ -39,14 +36,6 @@ func (s *Server) pairingOn(p *pairing.Pairing, h http.HandlerFunc) http.HandlerF
 			return
 		}
 		h(w, r)
-	}
-}
-
-// cancelInvitation is p's DELETE /v1/invitations/{device}, given the name
-// from the route.
-func cancelInvitation(p *pairing.Pairing) func(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
-	return func(w http.ResponseWriter, r *http.Request, c *token.Claims) error {
-		return p.CancelInvitation(w, r, c, chi.URLParam(r, "device"))
 	}
 }
 

@@ -307,7 +307,7 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
 	r.Post("/v1/invitations", s.pairingOn(p, s.authed(p.CreateInvitation)))
 	r.Get("/v1/invitations", s.pairingOn(p, s.authed(p.ListInvitations)))
-	r.Delete("/v1/invitations/{device}", s.pairingOn(p, s.authed(cancelInvitation(p))))
+	r.Delete("/v1/invitations/{device}", s.pairingOn(p, s.authed(p.CancelInvitation)))
 	r.Post("/v1/pair", s.pairingOn(p, s.unauthed(p.Pair)))
 	r.Post("/v1/renew", s.pairingOn(p, s.unauthed(p.Renew)))
 	if s.cfg.Console {
