@@ -134,36 +134,13 @@ func requestInvitation(ctx context.Context, base, tok, device, scope string, rep
 	if err != nil {
 		return inviteAnswer{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/invitations", bytes.NewReader(body))
+	b, err := adminCall(ctx, http.MethodPost, base+"/v1/invitations", tok, body, http.StatusCreated, map[int]string{
+		http.StatusUnauthorized: ": the relay does not trust this issuer key",
+		http.StatusNotFound:     ": the relay does not pair devices (its tokens come from another issuer: FN_ISSUER_KEYS is set)",
+		http.StatusConflict:     " (relay invite -replace)",
+	})
 	if err != nil {
 		return inviteAnswer{}, err
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return inviteAnswer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return inviteAnswer{}, err
-	}
-	if resp.StatusCode != http.StatusCreated {
-		var e struct{ Error, Message string }
-		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
-		hint := ""
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			hint = ": the relay does not trust this issuer key"
-		case http.StatusNotFound:
-			hint = ": the relay does not pair devices (its tokens come from another issuer: FN_ISSUER_KEYS is set)"
-		case http.StatusConflict:
-			hint = " (relay invite -replace)"
-		}
-		return inviteAnswer{}, fmt.Errorf("%s %s%s", resp.Status, e.Message, hint)
 	}
 	var inv inviteAnswer
 	if err := json.Unmarshal(b, &inv); err != nil || inv.Code == "" {
@@ -174,28 +151,40 @@ func requestInvitation(ctx context.Context, base, tok, device, scope string, rep
 
 // cancelInvitation cancels device's pending invitation.
 func cancelInvitation(ctx context.Context, base, tok, device string) error {
+	_, err := adminCall(ctx, http.MethodDelete, base+"/v1/invitations/"+neturl.PathEscape(device), tok, nil, http.StatusNoContent, nil)
+	return err
+}
+
+// adminCall is one request of relay invite with its admin token, bounded
+// by 30 s, and the first 4 MiB of the answer, which must have status
+// want; any other is an error carrying the status, the relay's message
+// and hints[status].
+func adminCall(ctx context.Context, method, url, tok string, body []byte, want int, hints map[int]string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, base+"/v1/invitations/"+neturl.PathEscape(device), nil)
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if resp.StatusCode != http.StatusNoContent {
+	if resp.StatusCode != want {
 		var e struct{ Message string }
 		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
-		return fmt.Errorf("%s %s", resp.Status, e.Message)
+		return nil, fmt.Errorf("%s %s%s", resp.Status, e.Message, hints[resp.StatusCode])
 	}
-	return nil
+	return b, nil
 }
 
 // printInvitation prints the code, the link, the expiry and the link as a
@@ -223,26 +212,9 @@ func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) 
 // scope, pending (until when) or paired (when), and the fingerprint of the
 // key it paired with.
 func listInvitations(ctx context.Context, w io.Writer, base, tok string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/invitations", nil)
+	b, err := adminCall(ctx, http.MethodGet, base+"/v1/invitations", tok, nil, http.StatusOK, nil)
 	if err != nil {
 		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Message string }
-		_ = json.Unmarshal(b, &e) // a body that is not the protocol's says nothing more
-		return fmt.Errorf("%s %s", resp.Status, e.Message)
 	}
 	var ans struct {
 		Invitations []struct {
