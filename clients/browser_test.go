@@ -106,14 +106,8 @@ func TestBrowserCORS(t *testing.T) {
 // not), opens the page in Chromium and returns what it reported.
 func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	results := make(chan []byte, 1)
-	// Written once the relay runs, after the server started: the page
-	// reads it through Chromium, which the race detector cannot see.
-	var cfg atomic.Pointer[[]byte]
 	mux := pageMux(results)
-	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(*cfg.Load())
-	})
+	cfg := serveConfig(mux)
 	page := httptest.NewServer(mux)
 	t.Cleanup(page.Close)
 
@@ -141,6 +135,19 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	}
 	t.Logf("the page reported %s", b)
 	return res
+}
+
+// serveConfig answers GET /config.json on mux with what the returned
+// pointer holds, stored once the test knows it (the relay runs after the
+// page's server started; the page reads it through Chromium, which the
+// race detector cannot see).
+func serveConfig(mux *http.ServeMux) *atomic.Pointer[[]byte] {
+	var cfg atomic.Pointer[[]byte]
+	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(*cfg.Load())
+	})
+	return &cfg
 }
 
 // pageMux serves testdata/browser at /, the compiled client at /client/
@@ -252,12 +259,8 @@ func TestBrowserTabsRenew(t *testing.T) {
 	buildTypeScript(t)
 
 	results := make(chan []byte, 1)
-	var cfg atomic.Pointer[[]byte]
 	mux := pageMux(results)
-	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(*cfg.Load())
-	})
+	cfg := serveConfig(mux)
 	page := httptest.NewServer(mux)
 	t.Cleanup(page.Close)
 	relayURL, key := pairtest.StartRelay(t, pairtest.NewClock(), func(c *relay.Config, key ed25519.PrivateKey) {
@@ -309,11 +312,20 @@ func TestBrowserTabsRenew(t *testing.T) {
 // postJSON posts body and decodes the answer, which must have status want.
 func postJSON(t *testing.T, url, tok, body string, want int, out any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	callJSON(t, http.MethodPost, url, tok, strings.NewReader(body), want, out)
+}
+
+// callJSON makes one request with tok (if any) and decodes the answer,
+// which must have status want, into out.
+func callJSON(t *testing.T, method, url, tok string, body io.Reader, want int, out any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
@@ -324,10 +336,10 @@ func postJSON(t *testing.T, url, tok, body string, want int, out any) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != want {
-		t.Fatalf("POST %s: %d %s, want %d", url, resp.StatusCode, b, want)
+		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, b, want)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		t.Fatalf("POST %s: %s: %v", url, b, err)
+		t.Fatalf("%s %s: %s: %v", method, url, b, err)
 	}
 }
 
@@ -376,16 +388,12 @@ func bundled(dir string) http.Handler {
 func TestBrowserPushWorker(t *testing.T) {
 	buildTypeScript(t)
 	b := servicetest.Chromium(t, 800, 600)
-	var cfg atomic.Pointer[[]byte]
 	mux := http.NewServeMux()
+	cfg := serveConfig(mux)
 	mux.Handle("GET /", http.FileServer(http.Dir(filepath.Join("testdata", "browser"))))
 	mux.Handle("GET /client/", http.StripPrefix("/client/", bundled(filepath.Join(tsDir, "dist"))))
 	mux.Handle("GET /node_modules/", http.StripPrefix("/node_modules/", bundled(filepath.Join(tsDir, "node_modules"))))
 	mux.Handle("GET /push-worker.js", http.StripPrefix("/", bundled(filepath.Join(tsDir, "examples"))))
-	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(*cfg.Load())
-	})
 	page := httptest.NewServer(mux)
 	t.Cleanup(page.Close)
 	relay := startRelay(t, "FN_CORS_ORIGINS="+page.URL)
@@ -438,23 +446,8 @@ func TestBrowserPushWorker(t *testing.T) {
 		Cursor    int64             `json:"cursor"`
 		Envelopes []json.RawMessage `json:"envelopes"`
 	}
-	getJSON(t, relay.URL+"/v1/poll?wait=0", phone, &poll)
+	callJSON(t, http.MethodGet, relay.URL+"/v1/poll?wait=0", phone, nil, http.StatusOK, &poll)
 	if poll.Cursor != 1 || len(poll.Envelopes) != 0 {
 		t.Errorf("after the worker: cursor %d, %d envelopes waiting; want the envelope acknowledged", poll.Cursor, len(poll.Envelopes))
-	}
-}
-
-func getJSON(t *testing.T, url, tok string, out any) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, out) != nil {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
 }
