@@ -337,10 +337,7 @@ func (p *Pairing) grant(w http.ResponseWriter, r *http.Request, g store.Grant, n
 	// To the microsecond, as removals are kept, and after the device's
 	// last removal even if that was recorded by a relay whose clock is
 	// ahead: a token the relay mints is one it accepts.
-	iat := now
-	if !iat.After(g.RemovedAt) {
-		iat = g.RemovedAt.Add(time.Microsecond)
-	}
+	iat := store.IssuedAfter(now, g.RemovedAt)
 	exp := iat.Add(p.cfg.AccessTokenTTL).Truncate(time.Second)
 	tok, err := token.Mint(p.cfg.Key, token.Claims{Household: g.Household, Device: g.Device, Scope: g.Scope, IssuedAt: iat, Expires: exp})
 	if err != nil {

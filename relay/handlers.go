@@ -302,9 +302,6 @@ func (s *Server) pushTarget(ctx context.Context, p pushRequest) (device.PushTarg
 		return device.PushTarget{}, badRequest("push.kind %s is not configured on this relay.", p.Kind)
 	}
 	if p.Kind == device.PushWebPush || (p.Kind == device.PushUnifiedPush && p.Keys != nil) {
-		if strings.ContainsAny(p.Endpoint, "\n") {
-			return device.PushTarget{}, badRequest("push.endpoint must be an http or https URL of printable ASCII without credentials.")
-		}
 		a, err := webPushAddress(p)
 		if err != nil {
 			return device.PushTarget{}, err

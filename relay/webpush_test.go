@@ -59,6 +59,7 @@ func TestRegisterWebPush(t *testing.T) {
 		{"short auth", sub("webpush", "https://93.184.216.34/p", p256dh, enc.EncodeToString(make([]byte, 15))), "push.keys.auth"},
 		{"no keys", `{"push":{"kind":"webpush","endpoint":"https://93.184.216.34/p"}}`, "push.keys"},
 		{"private endpoint", sub("webpush", "http://127.0.0.1:9/p", p256dh, auth), "push.endpoint"},
+		{"a line break in the endpoint", sub("webpush", `https://93.184.216.34/p\n`+p256dh+`\n`+auth, p256dh, auth), "push.endpoint"},
 		{"keys on apns", `{"push":{"kind":"apns","endpoint":"` + strings.Repeat("ab", 32) + `","keys":{"p256dh":"x","auth":"y"}}}`, "push."},
 	} {
 		r := h.must("POST", "/v1/register", tok, tc.body, http.StatusBadRequest)

@@ -133,6 +133,17 @@ type Grant struct {
 	Replaced bool
 }
 
+// IssuedAfter is now, or the microsecond after removed if that is later:
+// a credential for a device is issued after its last removal, or the
+// removal refuses it (a relay's clock may read behind the one that
+// recorded the removal).
+func IssuedAfter(now, removed time.Time) time.Time {
+	if next := removed.Add(time.Microsecond); now.Before(next) {
+		return next
+	}
+	return now
+}
+
 // InvitationsKept is how long an invitation is kept after it expired or
 // was redeemed, for an admin to see which device redeemed it.
 const InvitationsKept = 24 * time.Hour

@@ -216,17 +216,7 @@ FROM invitations i WHERE code_hash = $1 FOR UPDATE OF i`, p.Code[:]).
 	if _, err := tx.Exec(ctx, sqlForgetSecrets, g.Household, g.Device); err != nil {
 		return store.Grant{}, err
 	}
-	return g, insertSecret(ctx, tx, g, p.Secret, p.Now, after(p.Now, g.RemovedAt), p.SecretExpires)
-}
-
-// after is now, or the microsecond after removed if that is later: a
-// secret is issued after the device's last removal, or the removal would
-// refuse it.
-func after(now, removed time.Time) time.Time {
-	if next := removed.Add(time.Microsecond); now.Before(next) {
-		return next
-	}
-	return now
+	return g, insertSecret(ctx, tx, g, p.Secret, p.Now, store.IssuedAfter(p.Now, g.RemovedAt), p.SecretExpires)
 }
 
 // insertSecret stores secret, issued at issuedAt.
@@ -330,7 +320,7 @@ FROM renewal_secrets s WHERE secret_hash = $1`, p.Secret[:]).
 		p.Secret[:], now, p.NewSecret[:]); err != nil {
 		return store.Grant{}, nil, err
 	}
-	return g, nil, insertSecret(ctx, tx, g, p.NewSecret, p.Now, after(p.Now, g.RemovedAt), p.SecretExpires)
+	return g, nil, insertSecret(ctx, tx, g, p.NewSecret, p.Now, store.IssuedAfter(p.Now, g.RemovedAt), p.SecretExpires)
 }
 
 // revokeFamily revokes every renewal secret of g's device.

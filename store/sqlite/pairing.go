@@ -196,22 +196,12 @@ func (db *DB) Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 			g.Household, g.Device); err != nil {
 			return err
 		}
-		return insertSecret(ctx, tx, g, p.Secret, p.Now, after(p.Now, g.RemovedAt), p.SecretExpires)
+		return insertSecret(ctx, tx, g, p.Secret, p.Now, store.IssuedAfter(p.Now, g.RemovedAt), p.SecretExpires)
 	})
 	if err != nil {
 		return store.Grant{}, err
 	}
 	return g, nil
-}
-
-// after is now, or the microsecond after removed if that is later: a
-// secret is issued after the device's last removal, or the removal would
-// refuse it.
-func after(now, removed time.Time) time.Time {
-	if next := removed.Add(time.Microsecond); now.Before(next) {
-		return next
-	}
-	return now
 }
 
 // insertSecret stores secret, issued at issuedAt.
@@ -299,7 +289,7 @@ func (db *DB) Renew(ctx context.Context, p store.RenewParams) (store.Grant, erro
 			now, p.NewSecret[:], p.Secret[:]); err != nil {
 			return err
 		}
-		return insertSecret(ctx, tx, g, p.NewSecret, p.Now, after(p.Now, g.RemovedAt), p.SecretExpires)
+		return insertSecret(ctx, tx, g, p.NewSecret, p.Now, store.IssuedAfter(p.Now, g.RemovedAt), p.SecretExpires)
 	})
 	if err == nil {
 		err = refusal
