@@ -82,6 +82,7 @@ type Config struct {
 	DevicePollBurst      int
 	MaxHouseholdPending  int64
 	MaxHeldPolls         int // 0: derived from the open-file limit
+	StreamLife           time.Duration
 	EnvelopeTTL          time.Duration
 	MetricsAddr          string
 	PprofAddr            string
@@ -413,6 +414,7 @@ var settings = []Setting{
 	{"FN_ACCESS_LOG", "on", "one info line per finished request (on or off); refusals anyone can provoke are capped per second", func(c *Config, v string) error {
 		return onOff(v, &c.AccessLog)
 	}},
+	{"FN_STREAM_LIFE", "10m", "longest a stream (GET /v1/stream) stays open, less up to a tenth, and never past its token's expiry; then its client reconnects (1m to 24h)", durIn(time.Minute, 24*time.Hour, func(c *Config) *time.Duration { return &c.StreamLife })},
 	{"FN_PARK_POLLS", "on", "held HTTP/1.1 polls give their goroutine and buffers up while they wait (on or off): less memory per held poll, more CPU per answer", func(c *Config, v string) error {
 		return onOff(v, &c.ParkPolls)
 	}},

@@ -30,6 +30,12 @@ func fillDevice(t *testing.T, h *harness, household, device string, n, size int)
 // reading.
 func stalledPoll(t *testing.T, h *harness, tok, query string) net.Conn {
 	t.Helper()
+	return stalledRequest(t, h, tok, "/v1/poll?"+query)
+}
+
+// stalledRequest is stalledPoll for any GET of target.
+func stalledRequest(t *testing.T, h *harness, tok, target string) net.Conn {
+	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
 		err := rc.Control(func(fd uintptr) {
@@ -45,7 +51,7 @@ func stalledPoll(t *testing.T, h *harness, tok, query string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := io.WriteString(c, "GET /v1/poll?"+query+" HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer "+tok+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET "+target+" HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer "+tok+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	return c

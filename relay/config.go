@@ -67,6 +67,8 @@ type Config struct {
 	DevicePollBurst     int
 	MaxHouseholdPending int64
 	MaxHeldPolls        int // 0: no cap
+	// StreamLife bounds a stream's life (0: DefaultStreamLife).
+	StreamLife time.Duration
 
 	// AccessLog: one line per finished request (record.go, internal/accesslog).
 	AccessLog bool

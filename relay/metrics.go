@@ -14,6 +14,7 @@ import (
 // registry the caller gives; there are no globals.
 type metrics struct {
 	polls         *prometheus.CounterVec // by outcome
+	streams       *prometheus.CounterVec // streams ended, by outcome
 	sends         *prometheus.CounterVec // by status code
 	stored        prometheus.Counter
 	acked         prometheus.Counter
@@ -59,6 +60,9 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 	m := &metrics{
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_polls_total", Help: "Polls answered, by outcome.",
+		}, []string{"outcome"}),
+		streams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_streams_total", Help: "Streams ended, by outcome (their last event's reason, or hangup or cut).",
 		}, []string{"outcome"}),
 		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_sends_total", Help: "Sends answered, by HTTP status code.",
@@ -109,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 		}),
 	}
 	cs := []prometheus.Collector{
-		m.polls, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
+		m.polls, m.streams, m.sends, m.stored, m.acked, m.sendSeconds, m.pollSeconds, m.signalled, m.signalErrors, m.received, m.refusals, m.tokensRefused, m.storeCalls, m.fleetTroubled, m.answersCut,
 		m.epochChanges, m.memoryDrops,
 		// The store's readiness, as /ready reports it (the probe's answer
 		// is shared and kept for a second), so that an alert sees a store
@@ -159,6 +163,9 @@ func newMetrics(reg prometheus.Registerer, s *Server, st store.Store, hub string
 	}
 	for _, o := range pollOutcomes {
 		m.polls.WithLabelValues(o) // rate() over a series needs it before its first increase
+	}
+	for _, o := range streamOutcomes {
+		m.streams.WithLabelValues(o)
 	}
 	return m, nil
 }

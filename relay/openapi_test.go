@@ -120,6 +120,8 @@ func TestOpenAPIStatuses(t *testing.T) {
 	slow := newHarness(t, func(c *Config) { c.StoreTimeout = time.Nanosecond })
 	// The store's database is closed under the relay: an error the relay
 	// cannot name, 500 internal, and /ready says 503.
+	// Streams end at once, so that their answers can be read whole.
+	streams := newHarness(t, func(c *Config) { c.StreamLife = time.Millisecond })
 	broken := newHarness(t, nil)
 	if err := broken.db.Close(); err != nil {
 		t.Fatal(err)
@@ -184,6 +186,15 @@ func TestOpenAPIStatuses(t *testing.T) {
 		{h: polls, op: "GET /v1/poll", path: "/v1/poll?cursor=0", dev: phone, status: 429, code: codeRateLimited, limit: limitDevicePollRate},
 		{h: broken, op: "GET /v1/poll", path: "/v1/poll", dev: phone, status: 500, code: codeInternal},
 		{h: slow, op: "GET /v1/poll", path: "/v1/poll", dev: phone, status: 503, code: codeUnavailable},
+
+		{h: streams, op: "GET /v1/stream", dev: phone, status: 200},
+		{h: streams, op: "GET /v1/stream", dev: phone, header: []string{"Accept", contentNDJSON}, status: 200},
+		{h: h, op: "GET /v1/stream", path: "/v1/stream?cursor=abc", dev: phone, status: 400, code: codeBadRequest},
+		{h: h, op: "GET /v1/stream", status: 401, code: codeUnauthorized},
+		{h: h, op: "GET /v1/stream", path: "/v1/stream?cursor=999", dev: phone, status: 409, code: codeCursorAhead},
+		{h: polls, op: "GET /v1/stream", path: "/v1/stream?cursor=0", dev: phone, status: 429, code: codeRateLimited, limit: limitDevicePollRate},
+		{h: broken, op: "GET /v1/stream", dev: phone, status: 500, code: codeInternal},
+		{h: slow, op: "GET /v1/stream", dev: phone, status: 503, code: codeUnavailable},
 
 		{h: h, op: "POST /v1/ack", dev: laptop, body: `{"cursor":1}`, status: 204},
 		{h: h, op: "POST /v1/ack", dev: laptop, body: `{}`, status: 400, code: codeBadRequest},
@@ -437,6 +448,20 @@ func (c *statusCheck) check(r call) {
 		t.Errorf("%s: %d with Content-Type %s, which %s does not list", name, resp.status, mt, openapiPath)
 		return
 	}
+	if mt == contentNDJSON {
+		// Each line is one value of the schema.
+		for _, line := range strings.Split(strings.TrimSuffix(string(resp.body), "\n"), "\n") {
+			var v any
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Errorf("%s: line %q: %v", name, line, err)
+				continue
+			}
+			if err := media.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+				t.Errorf("%s: line does not validate against %s: %v\nline: %s", name, openapiPath, err, line)
+			}
+		}
+		return
+	}
 	value, err := decodeAs(mt, resp.body)
 	if err != nil {
 		t.Errorf("%s: %s body %q: %v", name, mt, resp.body, err)
@@ -465,7 +490,7 @@ func nilIfEmpty(s string) any {
 // strings the JSON form carries.
 func decodeAs(mediaType string, body []byte) (any, error) {
 	switch mediaType {
-	case "text/plain":
+	case "text/plain", contentSSE:
 		return string(body), nil
 	case wire.ContentMsgpack:
 		var v any

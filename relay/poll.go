@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -98,16 +99,25 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 	if s.readiness.Draining() && rs == nil { // a parked poll was held before the drain
 		return nil, errDraining
 	}
-	ctx := r.Context()
+	return s.open(r.Context(), c, q, rs)
+}
+
+// open starts a delivery, a poll's or a stream's: it registers the
+// device's waiter (unless q waits for nothing), reads the device's
+// position, acknowledges q's cursor and admits the delivery. rs is how the
+// wait of a poll read again after it parked ended; nil otherwise. A
+// non-nil state must be ended, even with an error.
+func (s *Server) open(ctx context.Context, c *token.Claims, q pollQuery, rs *parking.Resume) (*pollState, error) {
 	key := c.Key()
 	p := &pollState{s: s, q: q, resume: rs}
 
 	// The waiter is registered BEFORE the first read of the device's
 	// position, so an envelope that commits between that read and the
-	// wait still wakes this poll at once. TestPollNoLostWakeup guards this
-	// ordering. A parked poll whose wait ended for good (superseded,
-	// removed, out of time) answers without registering again: it would
-	// supersede the poll that superseded it.
+	// wait still wakes this poll at once. TestPollNoLostWakeup (and
+	// TestStreamNoLostWakeup) guard this ordering. A parked poll whose
+	// wait ended for good (superseded, removed, out of time) answers
+	// without registering again: it would supersede the poll that
+	// superseded it.
 	if q.wait > 0 && (rs == nil || rs.Err == nil) {
 		n := s.limits.held.Add(1)
 		if s.cfg.MaxHeldPolls > 0 && n > int64(s.cfg.MaxHeldPolls) {
@@ -115,6 +125,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 			s.metrics.refusals.WithLabelValues(refusedHeldPolls).Inc()
 			return nil, errOverloaded
 		}
+		var err error
 		p.waiter, err = s.hub.Subscribe(ctx, key)
 		if err != nil {
 			s.limits.held.Add(-1)
@@ -122,6 +133,7 @@ func (s *Server) startPoll(r *http.Request, c *token.Claims) (*pollState, error)
 		}
 	}
 
+	var err error
 	if p.pos, err = s.acknowledge(ctx, c, q.cursor, q.epoch); err != nil {
 		return p, err
 	}
@@ -186,7 +198,9 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	for {
 		if p.pos.Pending(p.after) {
-			if done, err := s.deliver(ctx, w, r, c, p.pos, p.after, p.q); done || err != nil {
+			after := p.after
+			write := func(b store.Batch) error { writePoll(w, r, after, b); return nil }
+			if done, err := s.deliver(ctx, r, c, p, write); done || err != nil {
 				return err
 			}
 		}
@@ -210,12 +224,13 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 }
 
-// deliver fetches what is waiting above after and answers with it; done is
-// false when nothing was there after all. The answer's bytes are held
-// against the bounds on answers in flight from before the fetch until they
-// are written; past a bound the poll is refused.
-func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Request, c *token.Claims, pos position.State, after int64, q pollQuery) (done bool, err error) {
-	limit := q.limit
+// deliver fetches what is waiting above p's after and hands it to write,
+// a poll's answer or a stream's event, and moves after past it; done is
+// false when nothing was there after all. The batch's bytes are held
+// against the bounds on answers in flight from before the fetch until
+// write returns; past a bound the delivery is refused.
+func (s *Server) deliver(ctx context.Context, r *http.Request, c *token.Claims, p *pollState, write func(store.Batch) error) (done bool, err error) {
+	pos, after, limit := p.pos, p.after, p.q.limit
 	key := c.Key()
 	if pos.Head == after+1 {
 		// One envelope waits: if it was committed here a moment ago, it
@@ -232,8 +247,8 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			defer hold.release()
 			notePoll(r.Context(), pollDelivered)
-			writePoll(w, r, after, b)
-			return true, nil
+			p.after = e.Seq
+			return true, write(b)
 		}
 	}
 	hold, err := s.holdAnswer(key, s.cfg.pendingAnswerSize(pos.Head-after, limit))
@@ -246,7 +261,7 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return true, err
 	}
 	hold.resize(batchAnswerSize(batch))
-	if q.epoch != "" && batch.Epoch != q.epoch {
+	if p.q.epoch != "" && batch.Epoch != p.q.epoch {
 		// The store's history changed since the position was read: its
 		// envelopes above the cursor are not the ones the cursor counts.
 		return true, s.epochChanged(ctx, c)
@@ -265,8 +280,8 @@ func (s *Server) deliver(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return true, s.refuseToken(r, refusedRemoved, nil)
 	}
 	notePoll(r.Context(), pollDelivered)
-	writePoll(w, r, after, batch)
-	return true, nil
+	p.after = batch.Envelopes[len(batch.Envelopes)-1].Seq
+	return true, write(batch)
 }
 
 // woken reads the position again after a wake-up: the hub told the
@@ -493,17 +508,8 @@ const writePollFlush = 32 << 10
 var pollBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writePoll answers a poll with b's envelopes, or with the cursor stored
-// when there are none, and b's epoch. The answer is written as it is encoded, a few
-// envelopes at a time, and each payload is let go once written, so that
-// an answer blocked on its client holds no more than its batch and one
-// envelope's encoding (an answer encoded whole held that twice over, and
-// more while its buffer grew). The bytes are those json.Marshal or
-// msgpack.Marshal would give for a pollResponse (TestWritePollEncoding).
+// when there are none, and b's epoch.
 func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Batch) {
-	cursor := stored
-	if n := len(b.Envelopes); n > 0 {
-		cursor = b.Envelopes[n-1].Seq
-	}
 	mp := wire.WantsMsgpack(r)
 	h := w.Header()
 	if mp {
@@ -514,7 +520,23 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 	h.Set("Cache-Control", "no-store")
 	setAnswerDeadline(w, r, batchAnswerSize(b))
 	w.WriteHeader(http.StatusOK)
+	_ = encodeAnswer(w, mp, stored, b, "", "\n")
+}
 
+// encodeAnswer writes the answer carrying b (its cursor stored when b has
+// no envelopes) to out, in JSON between prefix and suffix, or in
+// MessagePack (without them). It is written as it is encoded, a few
+// envelopes at a time, and each payload is let go once written, so that an
+// answer blocked on its client holds no more than its batch and one
+// envelope's encoding (an answer encoded whole held that twice over, and
+// more while its buffer grew). The bytes are those json.Marshal or
+// msgpack.Marshal would give for a pollResponse (TestWritePollEncoding).
+// The error is the first write's that failed: the rest is not encoded.
+func encodeAnswer(out io.Writer, mp bool, stored int64, b store.Batch, prefix, suffix string) error {
+	cursor := stored
+	if n := len(b.Envelopes); n > 0 {
+		cursor = b.Envelopes[n-1].Seq
+	}
 	buf := pollBuffers.Get().(*bytes.Buffer)
 	defer func() {
 		// One large envelope grows a buffer past what most answers need:
@@ -524,15 +546,15 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 			pollBuffers.Put(buf)
 		}
 	}()
-	// Past writePollFlush, what is gathered goes out; false once a write
-	// failed (a client gone, or cut): the rest is not worth encoding.
+	// Past writePollFlush, what is gathered goes out.
+	var werr error
 	flush := func(final bool) bool {
 		if buf.Len() < writePollFlush && !final {
 			return true
 		}
-		_, err := w.Write(buf.Bytes())
+		_, werr = out.Write(buf.Bytes())
 		buf.Reset()
-		return err == nil
+		return werr == nil
 	}
 	// Encoding these types cannot fail: they are numbers, strings and bytes.
 	if mp {
@@ -551,12 +573,13 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 		for i := range b.Envelopes {
 			_ = enc.Encode(wireEnvelope(&b.Envelopes[i]))
 			if !flush(false) {
-				return
+				return werr
 			}
 		}
 		flush(true)
-		return
+		return werr
 	}
+	buf.WriteString(prefix)
 	buf.WriteString(`{"cursor":`)
 	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), cursor, 10))
 	buf.WriteString(`,"epoch":`)
@@ -572,11 +595,13 @@ func writePoll(w http.ResponseWriter, r *http.Request, stored int64, b store.Bat
 		_ = enc.Encode(wireEnvelope(&b.Envelopes[i]))
 		buf.Truncate(buf.Len() - 1) // Encode ends each value with a newline
 		if !flush(false) {
-			return
+			return werr
 		}
 	}
-	buf.WriteString("]}\n")
+	buf.WriteString("]}")
+	buf.WriteString(suffix)
 	flush(true)
+	return werr
 }
 
 // wireEnvelope is e as an answer carries it. It takes e's payload: the

@@ -91,6 +91,14 @@ func (d *detached) hungUp() *record {
 	}
 }
 
+// closed is the record of a hijacked stream that ended.
+func (d *detached) closed(route, outcome string, status int32, bytes int64) *record {
+	return &record{
+		start: d.start, method: http.MethodGet, route: route, query: d.query, remote: d.remote, forwarded: d.forwarded,
+		household: d.household, device: d.device, outcome: outcome, status: status, bytes: bytes,
+	}
+}
+
 // statusHangup is logged for a request whose client went away before any
 // answer was written (nginx's convention).
 const statusHangup = 499

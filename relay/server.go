@@ -133,6 +133,11 @@ type hooks struct {
 	// beforeWake runs after a send's commit, right before its wakes are
 	// signalled.
 	beforeWake func(ws []wake.Wake)
+	// streamPing, above zero, is the keep-alive interval of streams.
+	streamPing time.Duration
+	// streamLook runs in a hijacked stream's wait, between setting the
+	// read's deadline and looking for news.
+	streamLook func()
 }
 
 // run is the server's listening life.
@@ -302,6 +307,7 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r.Get("/v1/push/vapid", s.vapidKey)
 	r.Post("/v1/send", countSends(s.authed(s.send)))
 	r.Get(routePoll, timePolls(s.authedHolding(s.poll)))
+	r.Get(routeStream, s.authedHolding(s.stream))
 	r.Post("/v1/ack", s.authed(s.ack))
 	r.Get("/v1/devices", s.authed(s.devices))
 	r.Delete("/v1/devices/{device}", s.authed(s.deleteDevice))
