@@ -205,9 +205,13 @@ const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-c
 Holds polls for the token's device and prints each envelope once, in seq
 order, as one JSON line: {"seq","id","from","sent_at","payload" (base64)}.
 The cursor, with the store epoch it belongs to, is saved to -cursor-file
-after each line (in memory without it).
+after each line (in memory without it), and acknowledged to the relay
+before it exits (after -count envelopes, SIGINT or SIGTERM).
 With -open it registers the identity's key and opens each sealed envelope:
-"payload" is the plaintext, or "error" names why it did not open.
+"payload" is the plaintext, or "error" names why it did not open. One
+sealed with a sender key that changed is also kept in the identity file's
+name + .held, and printed again, opened, after -trust names its sender,
+unless -drop discards it.
 SIGINT or SIGTERM stops it cleanly.
 
 flags:`
@@ -230,6 +234,7 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	count := fs.Int("count", 0, "exit after this many envelopes (0: never)")
 	var sf sealFlags
 	sf.bind(fs, "open", `open sealed envelopes (docs/E2E.md): "payload" is the plaintext, or "error" says why it did not open`)
+	sf.bindDrop(fs)
 	if err := parseFlags(fs, args, getenv, listenUsage, stdout, stderr); err != nil {
 		return err
 	}
@@ -277,7 +282,25 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	ackSaved(ctx, c, cursors, stderr)
 	return nil
+}
+
+// ackSaved acknowledges the saved position to the relay. Listen only
+// acknowledges with its next poll, which a stopped listen never makes:
+// without this, the next listener is handed the last envelopes again. A
+// failure is said, not fatal: what was printed stays printed.
+func ackSaved(ctx context.Context, c *client.Client, cursors client.CursorStore, stderr io.Writer) {
+	pos, err := cursors.Load(ctx)
+	if err != nil || pos.Cursor == 0 {
+		return
+	}
+	// Stopping cancelled ctx; the ack still gets a bounded moment.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := c.Ack(ctx, pos); err != nil {
+		fmt.Fprintf(stderr, "relay: listen: acknowledging seq %d: %v; the next listen may print it again\n", pos.Cursor, err)
+	}
 }
 
 // codecOption is -codec's client option.

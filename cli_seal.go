@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ type sealFlags struct {
 	identity string
 	keyring  string
 	trust    string
+	drop     string // listen only
 }
 
 func (f *sealFlags) bind(fs *flag.FlagSet, name, usage string) {
@@ -26,14 +28,23 @@ func (f *sealFlags) bind(fs *flag.FlagSet, name, usage string) {
 	fs.StringVar(&f.trust, "trust", "", "with -"+name+": comma-separated devices whose key, as the directory lists it now, replaces their pin (compare its fingerprint first)")
 }
 
-// check refuses -identity, -keyring and -trust without -seal (-open), which
-// would otherwise send or print plain envelopes unasked.
+// bindDrop adds listen's -drop.
+func (f *sealFlags) bindDrop(fs *flag.FlagSet) {
+	fs.StringVar(&f.drop, "drop", "", "with -open: comma-separated devices whose held-back envelopes (sealed with a key not trusted) are discarded")
+}
+
+// check refuses -identity, -keyring, -trust and -drop without -seal
+// (-open), which would otherwise send or print plain envelopes unasked.
 func (f *sealFlags) check(name string) error {
-	if !f.on && (f.identity != "" || f.keyring != "" || f.trust != "") {
-		return usageErr("-identity, -keyring and -trust go with -%s", name)
+	if !f.on && (f.identity != "" || f.keyring != "" || f.trust != "" || f.drop != "") {
+		return usageErr("-identity, -keyring, -trust and -drop go with -%s", name)
 	}
 	return nil
 }
+
+// held is where listen -open keeps the envelopes it held back, beside the
+// identity whose device they were sent to.
+func (f *sealFlags) held() client.FileHeld { return client.FileHeld(f.identity + ".held") }
 
 // sealer loads or creates the identity, opens the keyring, registers the
 // identity's key and trusts the devices -trust names.
@@ -101,11 +112,25 @@ func (f *sealFlags) listen(ctx context.Context, c *client.Client, cursors client
 	if err != nil {
 		return err
 	}
-	return s.ListenSealed(ctx, cursors, func(ctx context.Context, e client.Envelope, plaintext []byte, openErr error) error {
+	held := f.held()
+	for d := range strings.SplitSeq(f.drop, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		n, err := s.DropHeld(ctx, held, d)
+		if err != nil {
+			return fmt.Errorf("-drop %s: %w", d, err)
+		}
+		fmt.Fprintf(stderr, "relay: dropped %d held-back envelopes from %s\n", n, d)
+	}
+	return s.ListenSealed(ctx, cursors, held, func(ctx context.Context, e client.Envelope, plaintext []byte, openErr error) error {
 		line := openedLine{Seq: e.Seq, ID: e.ID, From: e.From, SentAt: e.SentAt, Payload: plaintext}
 		if openErr != nil {
 			line.Error = seal.Code(openErr)
 			fmt.Fprintf(stderr, "relay: envelope %d from %s does not open: %v\n", e.Seq, e.From, openErr)
+			if errors.Is(openErr, seal.ErrKeyChanged) {
+				fmt.Fprintf(stderr, "relay: envelope %d from %s is held back in %s: it opens once -trust %s accepts the new key (compare fingerprints first), or -drop %s discards it\n", e.Seq, e.From, held, e.From, e.From)
+			}
 		}
 		return emit(line)
 	})

@@ -50,6 +50,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,6 +86,11 @@ type Client struct {
 	requestTimeout time.Duration
 	maxBackoff     time.Duration
 	logf           func(format string, args ...any)
+	// streams: Listen streams where it can (WithStreams).
+	streams bool
+	// transport is what Listen receives over now (a string), for the
+	// state its other calls report.
+	transport atomic.Value
 }
 
 // Option changes a Client made by New.
@@ -99,6 +105,10 @@ type Option func(*Client)
 // whose CheckRedirect refuses a redirect to another origin before hc's own
 // CheckRedirect is asked; hc itself is not changed.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithStreams sets whether Listen streams. With false it polls only; by
+// default it streams where the relay (and what is in front of it) can.
+func WithStreams(on bool) Option { return func(c *Client) { c.streams = on } }
 
 // WithCodec picks JSON (the default) or MessagePack.
 func WithCodec(codec Codec) Option { return func(c *Client) { c.codec = codec } }
@@ -143,6 +153,7 @@ func NewWithCredentials(baseURL string, src CredentialSource, opts ...Option) (*
 		creds:          src,
 		codec:          JSON,
 		wait:           DefaultWait,
+		streams:        true,
 		requestTimeout: DefaultRequestTimeout,
 		maxBackoff:     time.Minute,
 		logf:           func(string, ...any) {},

@@ -45,7 +45,7 @@ func ExampleSealer() {
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	phone.ListenSealed(ctx, &client.MemoryCursor{}, func(ctx context.Context, e client.Envelope, plaintext []byte, err error) error {
+	phone.ListenSealed(ctx, &client.MemoryCursor{}, &client.MemoryHeld{}, func(ctx context.Context, e client.Envelope, plaintext []byte, err error) error {
 		fmt.Printf("%s from %s, error: %v\n", plaintext, e.From, err)
 		stop()
 		return nil

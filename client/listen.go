@@ -14,15 +14,23 @@ import (
 // over again when Listen runs next.
 type Handler func(ctx context.Context, e Envelope) error
 
-// Listen runs the device's poll loop until ctx ends or it fails: it holds
-// polls (WithWait, 20 s by default), hands each envelope to h once, in seq
-// order, and saves the position (cursor and store epoch) in cursors after
-// each h returned nil, before the next envelope. Every poll carries the
-// saved cursor, which acknowledges it, and its epoch once a relay named
-// one. An answer with more waiting is followed at once by the next poll.
+// Listen runs the device's receive loop until ctx ends or it fails: it
+// holds a stream (GET /v1/stream) or, where streams are not available
+// (an older relay, a proxy that buffers answers: detected, and tried
+// again every 5 minutes; WithStreams(false); an HTTP client with a
+// Timeout), polls (WithWait, 20 s by default). It hands each envelope to
+// h once, in seq order, and saves the position (cursor and store epoch) in
+// cursors after each h returned nil, before the next envelope. Every poll
+// and stream carries the saved cursor, which acknowledges it, and its
+// epoch once a relay named one; while a stream is open, the position is
+// acknowledged at most every 15 s and at the relay's next keep-alive. An
+// answer with more waiting is followed at once by the next poll. A stream
+// that ends (its life, a drain) or is cut is opened again from the saved
+// position.
 //
-// What it survives: no answer, 429, 500 and 503 (it polls again with the
-// same cursor after a backoff, honouring Retry-After); 409 cursor_ahead,
+// What it survives: no answer, a cut stream, 429, 500 and 503 (it polls
+// or streams again with the same cursor after a backoff, honouring
+// Retry-After); 409 cursor_ahead,
 // a saved cursor above the device's head or of another store epoch, as
 // after a failover to a database that lacked the last commits, the
 // relay's data was restored from an older backup, or the device was
@@ -38,7 +46,7 @@ type Handler func(ctx context.Context, e Envelope) error
 // error because ctx ended counts as stopped, not failed), the error of h
 // or of cursors, a *Error for an answer that retrying cannot fix (400,
 // 401, 403, 404), or a *RedirectError.
-func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) error {
+func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) (err error) {
 	if c.wait < 1 {
 		return errors.New("client: Listen needs a poll wait of at least 1 s")
 	}
@@ -49,103 +57,254 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) err
 	if err != nil {
 		return err
 	}
-	saved := pos
-	save := func() error {
-		if pos == saved {
-			return nil
-		}
-		if err := cursors.Save(ctx, pos); err != nil {
-			return err
-		}
-		saved = pos
-		return nil
-	}
-	bo := c.newBackoff()
-	var ahead *Error // the cursor_ahead being recovered from: the next poll leaves cursor and epoch out
+	l := &listener{c: c, cursors: cursors, h: h, pos: pos, saved: pos, bo: c.newBackoff()}
+	// An HTTP client with a Timeout of its own would cut every stream at
+	// it: such a client polls.
+	l.streams = c.streams && c.hc.Timeout == 0
+	defer func() { c.state(State{Kind: StateStopped, Err: err}) }()
 	for {
-		recovering := ahead != nil
-		q := PollQuery{Cursor: pos.Cursor, Epoch: pos.Epoch, Wait: c.wait}
-		if recovering {
-			// Not held, so that the position is put right at once.
-			q = PollQuery{OmitCursor: true}
+		var err error
+		switch {
+		case l.streams && l.ahead == nil && !time.Now().Before(l.streamAgain):
+			err = l.stream(ctx)
+		default:
+			err = l.poll(ctx)
 		}
-		if !recovering {
-			c.state(State{Kind: StateWaiting})
-		}
-		started := time.Now()
-		res, err := c.Poll(ctx, q)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
-			var e *Error
-			switch {
-			case errors.As(err, &e) && e.CursorAhead() && !recovering:
-				if e.Epoch != "" && pos.Epoch != "" && e.Epoch != pos.Epoch {
-					c.logf("listen: the store's epoch is %s, not %q of cursor %d; polling without them", e.Epoch, pos.Epoch, pos.Cursor)
-				} else {
-					c.logf("listen: cursor %d is above the device's head %d; polling without it", pos.Cursor, e.Head)
-				}
-				ahead = e
-				continue
-			case !retryable(err):
-				return err
-			}
-			d := bo.next(err)
-			c.logf("listen: %v; polling again in %v", err, d.Round(time.Millisecond))
-			c.state(State{Kind: StateRetrying, Delay: d, Err: err})
-			if sleep(ctx, d) != nil {
-				return nil
-			}
+		if err == nil {
 			continue
 		}
-		bo.reset()
-		if recovering || res.Epoch != "" {
-			// The answer's seqs are of its epoch, so the cursors saved
-			// below are too; a recovering answer names the whole position.
-			pos.Epoch = res.Epoch
-		}
-		if !recovering && len(res.Envelopes) == 0 && !res.More && time.Since(started) < spinFloor(c.wait) {
-			// A held poll that ends empty at once was most likely
-			// superseded by another poller of this device (a second copy
-			// of the app): polling straight back would supersede that one
-			// in turn, and the two would spin. Wait a little first.
-			if sleep(ctx, time.Second+rand.N(time.Second/2)) != nil {
+		if stop := l.failed(ctx, err); stop != nil {
+			if errors.Is(stop, context.Canceled) && ctx.Err() != nil {
 				return nil
 			}
+			return stop
 		}
-		for _, e := range res.Envelopes {
+	}
+}
+
+// listener is one Listen's state.
+type listener struct {
+	c          *Client
+	cursors    CursorStore
+	h          Handler
+	pos, saved Position
+	bo         *backoff
+	// ahead is the cursor_ahead being recovered from: the next poll
+	// leaves cursor and epoch out.
+	ahead *Error
+	// streams: Listen streams when it can; streamAgain is when a stream
+	// found unavailable is tried again.
+	streams     bool
+	streamAgain time.Time
+}
+
+// streamRetry is how long Listen polls after finding streams unavailable
+// before it tries one again.
+const streamRetry = 5 * time.Minute
+
+// ackEvery is how often a stream's position is acknowledged while
+// envelopes come: at most once so often, and at the next ping after the
+// last. A stream acknowledges nothing itself; a lazy ack costs the relay
+// little (it keeps what is unacknowledged a little longer) and saves a
+// request per envelope.
+const ackEvery = 15 * time.Second
+
+func (l *listener) save(ctx context.Context) error {
+	if l.pos == l.saved {
+		return nil
+	}
+	if err := l.cursors.Save(ctx, l.pos); err != nil {
+		return err
+	}
+	l.saved = l.pos
+	return nil
+}
+
+// failed handles a poll's or stream's failure: it returns the error that
+// ends Listen, or nil once it is ready to go on (after a backoff).
+func (l *listener) failed(ctx context.Context, err error) error {
+	c := l.c
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.CursorAhead() && l.ahead == nil:
+		if e.Epoch != "" && l.pos.Epoch != "" && e.Epoch != l.pos.Epoch {
+			c.logf("listen: the store's epoch is %s, not %q of cursor %d; polling without them", e.Epoch, l.pos.Epoch, l.pos.Cursor)
+		} else {
+			c.logf("listen: cursor %d is above the device's head %d; polling without it", l.pos.Cursor, e.Head)
+		}
+		l.ahead = e
+		return nil
+	case errors.Is(err, errHandler):
+		return errors.Unwrap(err)
+	case !retryable(err):
+		return err
+	}
+	d := l.bo.next(err)
+	c.logf("listen: %v; trying again in %v", err, d.Round(time.Millisecond))
+	c.state(State{Kind: StateRetrying, Delay: d, Err: err})
+	return sleep(ctx, d)
+}
+
+// errHandler wraps an error of the handler or the cursor store: Listen
+// returns it as it is.
+var errHandler = errors.New("client: listen stopped")
+
+type stopError struct{ err error }
+
+func (e *stopError) Error() string        { return e.err.Error() }
+func (e *stopError) Unwrap() error        { return e.err }
+func (e *stopError) Is(target error) bool { return target == errHandler }
+
+// hand gives res's envelopes to the handler in order, saving the position
+// after each.
+func (l *listener) hand(ctx context.Context, res PollResult, recovering bool) error {
+	if recovering || res.Epoch != "" {
+		// The answer's seqs are of its epoch, so the cursors saved below
+		// are too; a recovering answer names the whole position.
+		l.pos.Epoch = res.Epoch
+	}
+	for _, e := range res.Envelopes {
+		if ctx.Err() != nil {
+			// Stopped: hand nothing more over.
+			return ctx.Err()
+		}
+		// With the cursor sent, the relay never answers at or below it; a
+		// recovering answer starts wherever the relay stands.
+		if e.Seq <= l.pos.Cursor && !recovering {
+			continue
+		}
+		if err := l.h(ctx, e); err != nil {
 			if ctx.Err() != nil {
-				// Stopped: hand nothing more over.
-				return nil
+				return ctx.Err()
 			}
-			// With the cursor sent, the relay never answers at or below
-			// it; a recovering answer starts wherever the relay stands.
-			if e.Seq <= pos.Cursor && !recovering {
-				continue
-			}
-			if err := h(ctx, e); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("client: handler at seq %d: %w", e.Seq, err)
-			}
-			pos.Cursor = e.Seq
-			if err := save(); err != nil {
-				return err
-			}
+			return &stopError{fmt.Errorf("client: handler at seq %d: %w", e.Seq, err)}
 		}
-		if recovering && len(res.Envelopes) == 0 {
-			pos.Cursor = res.Cursor
+		l.pos.Cursor = e.Seq
+		if err := l.save(ctx); err != nil {
+			return &stopError{err}
 		}
-		// A recovery without envelopes, or an epoch learned.
-		if err := save(); err != nil {
+	}
+	if recovering && len(res.Envelopes) == 0 {
+		l.pos.Cursor = res.Cursor
+	}
+	// A recovery without envelopes, or an epoch learned.
+	if err := l.save(ctx); err != nil {
+		return &stopError{err}
+	}
+	return nil
+}
+
+// poll makes one poll and hands over what it answered.
+func (l *listener) poll(ctx context.Context) error {
+	c := l.c
+	recovering := l.ahead != nil
+	q := PollQuery{Cursor: l.pos.Cursor, Epoch: l.pos.Epoch, Wait: c.wait}
+	if recovering {
+		// Not held, so that the position is put right at once.
+		q = PollQuery{OmitCursor: true}
+	} else {
+		c.state(State{Kind: StateWaiting, Transport: TransportPoll})
+	}
+	c.transport.Store(TransportPoll)
+	started := time.Now()
+	res, err := c.Poll(ctx, q)
+	if err != nil {
+		return err
+	}
+	l.bo.reset()
+	if !recovering && len(res.Envelopes) == 0 && !res.More && time.Since(started) < spinFloor(c.wait) {
+		// A held poll that ends empty at once was most likely superseded
+		// by another poller of this device (a second copy of the app):
+		// polling straight back would supersede that one in turn, and the
+		// two would spin. Wait a little first.
+		if err := sleep(ctx, time.Second+rand.N(time.Second/2)); err != nil {
 			return err
 		}
-		if recovering {
-			c.logf("listen: resynchronised at cursor %d, epoch %q", pos.Cursor, pos.Epoch)
-			c.state(State{Kind: StateResynced, Err: ahead, Position: pos})
-			ahead = nil
+	}
+	if err := l.hand(ctx, res, recovering); err != nil {
+		return err
+	}
+	if recovering {
+		c.logf("listen: resynchronised at cursor %d, epoch %q", l.pos.Cursor, l.pos.Epoch)
+		c.state(State{Kind: StateResynced, Err: l.ahead, Position: l.pos})
+		l.ahead = nil
+	}
+	return nil
+}
+
+// stream opens a stream from the saved position and hands over its
+// batches until it ends. It acknowledges lazily (ackEvery); the next
+// stream's cursor acknowledges the rest.
+func (l *listener) stream(ctx context.Context) error {
+	c := l.c
+	c.state(State{Kind: StateConnecting, Transport: TransportStream})
+	c.transport.Store(TransportStream)
+	s, err := c.Stream(ctx, StreamQuery{Cursor: l.pos.Cursor, Epoch: l.pos.Epoch})
+	if errors.Is(err, ErrStreamUnavailable) {
+		c.logf("listen: %v; polling instead for %v", err, streamRetry)
+		l.streamAgain = time.Now().Add(streamRetry)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	acked, ackedAt := l.pos, time.Now()
+	ack := func() {
+		if l.pos == acked || ctx.Err() != nil {
+			return
+		}
+		if err := c.Ack(ctx, l.pos); err != nil {
+			c.logf("listen: acknowledging %d: %v (the next stream's cursor does)", l.pos.Cursor, err)
+			return
+		}
+		acked, ackedAt = l.pos, time.Now()
+	}
+	defer ack()
+	for {
+		ev, err := s.Next()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrStreamUnavailable):
+			c.logf("listen: %v; polling instead for %v", err, streamRetry)
+			l.streamAgain = time.Now().Add(streamRetry)
+			return nil
+		case err != nil:
+			return err
+		}
+		switch ev.Kind {
+		case "ready":
+			l.bo.reset()
+			c.state(State{Kind: StateConnected, Transport: TransportStream})
+			if err := l.hand(ctx, ev.Result, false); err != nil {
+				return err
+			}
+		case "envelopes":
+			if err := l.hand(ctx, ev.Result, false); err != nil {
+				return err
+			}
+			if time.Since(ackedAt) >= ackEvery {
+				ack()
+			}
+		case "ping":
+			ack()
+		case "end":
+			switch ev.End.Reason {
+			case "superseded":
+				// Another copy of the app, most likely: do not take
+				// the device straight back (see poll).
+				return sleep(ctx, time.Second+rand.N(time.Second/2))
+			case "drained", "expired":
+				return nil
+			}
+			if ev.End.Err != nil {
+				return ev.End.Err
+			}
+			return fmt.Errorf("%w: it ended with %q", ErrStreamCut, ev.End.Reason)
 		}
 	}
 }

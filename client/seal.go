@@ -6,6 +6,8 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/flamenet/relay/seal"
 )
@@ -19,6 +21,8 @@ type Sealer struct {
 	id                *seal.Identity
 	ring              *seal.Keyring
 	household, device string
+
+	heldMu sync.Mutex // one read-modify-write of a HeldStore at a time
 }
 
 // NewSealer registers id's public key as the device's identity key in the
@@ -138,19 +142,109 @@ func (s *Sealer) OpenEnvelope(ctx context.Context, e Envelope) ([]byte, error) {
 // SealedHandler processes one delivered envelope: its plaintext, or the
 // seal error (errors.Is, seal.Code) that kept it from opening. It returns
 // nil once done, as a Handler does; an envelope that does not open is
-// handed over once like any other, and the cursor moves past it when the
-// handler returns nil.
+// handed over like any other, and the cursor moves past it when the
+// handler returns nil. One refused with seal.ErrKeyChanged is kept in the
+// HeldStore first, and handed over again, opened, once the sender's new
+// key is trusted (ReopenHeld).
 type SealedHandler func(ctx context.Context, e Envelope, plaintext []byte, openErr error) error
 
 // ListenSealed is Listen for sealed envelopes: each is opened
-// (OpenEnvelope) before h gets it. A directory read that fails stops it,
-// with the envelope not acknowledged, as a Handler's error does.
-func (s *Sealer) ListenSealed(ctx context.Context, cursors CursorStore, h SealedHandler) error {
+// (OpenEnvelope) before h gets it. An envelope whose sender's key changed
+// is saved in held before h gets its error, so that it outlives the
+// cursor moving past it; what held keeps from earlier runs is reopened
+// first (ReopenHeld). A directory read that fails stops it, with the
+// envelope not acknowledged, as a Handler's error does.
+func (s *Sealer) ListenSealed(ctx context.Context, cursors CursorStore, held HeldStore, h SealedHandler) error {
+	if err := s.ReopenHeld(ctx, held, h); err != nil {
+		return err
+	}
 	return s.c.Listen(ctx, cursors, func(ctx context.Context, e Envelope) error {
 		pt, err := s.OpenEnvelope(ctx, e)
 		if err != nil && seal.Code(err) == "" {
 			return err
 		}
+		if errors.Is(err, seal.ErrKeyChanged) {
+			if herr := s.hold(ctx, held, e); herr != nil {
+				return herr
+			}
+		}
 		return h(ctx, e, pt, err)
 	})
+}
+
+// sameEnvelope: the sender's id names a send; seqs may change after the
+// relay's history went back.
+func sameEnvelope(a, b Envelope) bool { return a.From == b.From && a.ID == b.ID }
+
+// hold adds e to held, once.
+func (s *Sealer) hold(ctx context.Context, held HeldStore, e Envelope) error {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	es, err := held.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(es, func(x Envelope) bool { return sameEnvelope(x, e) }) {
+		return nil
+	}
+	return held.Save(ctx, append(es, e))
+}
+
+// ReopenHeld opens again each envelope held kept back (ListenSealed), as
+// an app does after TrustListed: those that open now, or fail for another
+// reason than a changed key, are handed to h, in the order they were
+// held, and leave held once h returned nil; the others stay. It stops
+// with h's error, or when ctx ends (returning nil, as Listen does).
+func (s *Sealer) ReopenHeld(ctx context.Context, held HeldStore, h SealedHandler) error {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	es, err := held.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(es); {
+		if ctx.Err() != nil {
+			return nil
+		}
+		e := es[i]
+		pt, err := s.OpenEnvelope(ctx, e)
+		switch {
+		case errors.Is(err, seal.ErrKeyChanged):
+			i++
+			continue
+		case err != nil && seal.Code(err) == "":
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := h(ctx, e, pt, err); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("client: handler of held envelope %s from %s: %w", e.ID, e.From, err)
+		}
+		es = slices.Delete(es, i, i+1)
+		// Handled: saved even when h ended ctx, as Listen saves the cursor.
+		if err := held.Save(context.WithoutCancel(ctx), es); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DropHeld discards what held keeps from device (every device when ""),
+// as a user who will not trust its new key asks, and says how many went.
+func (s *Sealer) DropHeld(ctx context.Context, held HeldStore, device string) (int, error) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	es, err := held.Load(ctx)
+	if err != nil {
+		return 0, err
+	}
+	kept := slices.DeleteFunc(slices.Clone(es), func(e Envelope) bool { return device == "" || e.From == device })
+	if len(kept) == len(es) {
+		return 0, nil
+	}
+	return len(es) - len(kept), held.Save(ctx, kept)
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/seal"
@@ -149,6 +151,91 @@ func TestSealedKeyChange(t *testing.T) {
 	}
 }
 
+// TestSealedKeyChangeHeld: an envelope refused because its sender's key
+// changed is kept in the held store while the cursor moves past it; once
+// the new key is trusted, the next ListenSealed (a restart: a new Sealer
+// on the same files) hands it over opened. DropHeld discards one the user
+// will not trust. Seen red when the envelope was acknowledged and gone.
+func TestSealedKeyChangeHeld(t *testing.T) {
+	r := newRelay(t, nil)
+	ctx := context.Background()
+	phone := newSealedDevice(t, r, "home", "phone")
+	newSealedDevice(t, r, "home", "laptop")
+	if _, err := phone.s.Refresh(ctx); err != nil { // pins the first laptop key
+		t.Fatal(err)
+	}
+	newLaptop := newSealedDevice(t, r, "home", "laptop")
+	if _, err := newLaptop.s.SendSealed(ctx, "m1", []string{"phone"}, []byte("from the new key")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cursors, held := client.FileCursor(filepath.Join(dir, "cursor")), client.FileHeld(filepath.Join(dir, "held"))
+
+	// listen hands envelopes to h until it has n lines, then stops.
+	listen := func(s *client.Sealer, n int) []string {
+		t.Helper()
+		var got []string
+		ctx, stop := context.WithTimeout(ctx, 20*time.Second)
+		defer stop()
+		err := s.ListenSealed(ctx, cursors, held, func(_ context.Context, e client.Envelope, pt []byte, openErr error) error {
+			got = append(got, e.ID+": "+string(pt)+seal.Code(openErr))
+			if len(got) == n {
+				stop()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := listen(phone.s, 1); !slices.Equal(got, []string{"m1: key_changed"}) {
+		t.Fatalf("first listen: %q", got)
+	}
+	if pos, _ := cursors.Load(ctx); pos.Cursor != 1 {
+		t.Fatalf("the cursor did not move past the refused envelope: %+v", pos)
+	}
+	if es, _ := held.Load(ctx); len(es) != 1 || es[0].ID != "m1" {
+		t.Fatalf("held %v", es)
+	}
+
+	// Restarted: the user compared fingerprints and trusts the new key.
+	s, err := phone.c.NewSealer(ctx, phone.id, phone.ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TrustListed(ctx, "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if got := listen(s, 1); !slices.Equal(got, []string{"m1: from the new key"}) {
+		t.Fatalf("after trusting: %q", got)
+	}
+	if es, _ := held.Load(ctx); len(es) != 0 {
+		t.Fatalf("still held after opening: %v", es)
+	}
+
+	// Another key change, which the user will not trust: dropped.
+	newer := newSealedDevice(t, r, "home", "laptop")
+	if _, err := newer.s.SendSealed(ctx, "m2", []string{"phone"}, []byte("from a key nobody trusts")); err != nil {
+		t.Fatal(err)
+	}
+	if got := listen(s, 1); !slices.Equal(got, []string{"m2: key_changed"}) {
+		t.Fatalf("the second change: %q", got)
+	}
+	if err := s.ReopenHeld(ctx, held, func(context.Context, client.Envelope, []byte, error) error {
+		t.Error("ReopenHeld handed over an envelope whose key is still not trusted")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DropHeld(ctx, held, "laptop"); n != 1 || err != nil {
+		t.Fatalf("DropHeld: %d, %v", n, err)
+	}
+	if es, _ := held.Load(ctx); len(es) != 0 {
+		t.Fatalf("held after DropHeld: %v", es)
+	}
+}
+
 // TestSealedOwnNewKey: a device that makes a new identity but keeps its
 // keyring takes its own new key, not a change: it seals to itself and
 // opens what it sealed, and nothing is reported. Seen red without the own
@@ -233,7 +320,7 @@ func TestSealedTampering(t *testing.T) {
 	var got []string
 	ctx2, stop := context.WithCancel(ctx)
 	defer stop()
-	err := phone.s.ListenSealed(ctx2, &client.MemoryCursor{}, func(ctx context.Context, e client.Envelope, pt []byte, openErr error) error {
+	err := phone.s.ListenSealed(ctx2, &client.MemoryCursor{}, &client.MemoryHeld{}, func(ctx context.Context, e client.Envelope, pt []byte, openErr error) error {
 		got = append(got, e.ID+" from "+e.From+": "+string(pt)+seal.Code(openErr))
 		if len(got) == 3 {
 			stop()

@@ -31,6 +31,16 @@ const (
 	// name other envelopes than before, and envelopes may be handed over
 	// again, so tell repeats by From and ID.
 	StateResynced
+	// StateConnecting: Listen is opening a stream (State.Transport).
+	StateConnecting
+	// StateStopped: Listen returned, with State.Err (nil: ctx ended).
+	StateStopped
+)
+
+// Transports Listen receives over, in State.Transport.
+const (
+	TransportStream = "stream" // GET /v1/stream
+	TransportPoll   = "poll"   // GET /v1/poll
 )
 
 func (k StateKind) String() string {
@@ -45,6 +55,10 @@ func (k StateKind) String() string {
 		return "unauthorized"
 	case StateResynced:
 		return "resynced"
+	case StateConnecting:
+		return "connecting"
+	case StateStopped:
+		return "stopped"
 	}
 	return "unknown"
 }
@@ -58,23 +72,29 @@ type State struct {
 	Err error
 	// Position is where Listen goes on from (StateResynced).
 	Position Position
+	// Transport is what Listen receives over (StateConnecting,
+	// StateConnected, StateWaiting): TransportStream or TransportPoll;
+	// "" outside Listen.
+	Transport string
 }
 
-// WithStateFunc calls f on each change of the connection state: Listen
-// goes waiting (a poll is out) and connected (it answered) with each
-// poll; retrying is reported on every retry, with its delay, and resynced
-// on every resynchronisation. f runs on the calling goroutine and must
-// return quickly.
+// WithStateFunc calls f on each change of the connection state: a
+// streaming Listen goes connecting, then connected (the stream's first
+// event came) and stays so while the stream is open; a polling one goes
+// waiting (a poll is out) and connected (it answered) with each poll;
+// each says its transport. Retrying is reported on every retry, with its
+// delay and reason, resynced on every resynchronisation, and stopped when
+// Listen returns. f runs on the calling goroutine and must return quickly.
 func WithStateFunc(f func(State)) Option {
 	var (
 		mu   sync.Mutex
-		last StateKind
+		last State
 	)
 	return func(c *Client) {
 		c.state = func(s State) {
 			mu.Lock()
-			same := s.Kind == last && s.Kind != StateRetrying && s.Kind != StateResynced
-			last = s.Kind
+			same := s.Kind == last.Kind && s.Transport == last.Transport && s.Kind != StateRetrying && s.Kind != StateResynced
+			last = s
 			mu.Unlock()
 			if !same {
 				f(s)
@@ -113,7 +133,7 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 		}
 	}
 	if err == nil {
-		c.state(State{Kind: StateConnected})
+		c.state(State{Kind: StateConnected, Transport: c.transportNow()})
 	}
 	return err
 }
@@ -128,3 +148,11 @@ type refusedError struct {
 
 func (e *refusedError) Error() string   { return e.relay.Error() }
 func (e *refusedError) Unwrap() []error { return []error{e.relay, e.why} }
+
+// transportNow is what Listen last received over; "" before it ran.
+func (c *Client) transportNow() string {
+	if t := c.transport.Load(); t != nil {
+		return t.(string)
+	}
+	return ""
+}

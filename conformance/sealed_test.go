@@ -13,8 +13,9 @@ import (
 // command lines, each pair both ways. The listener registers its key and
 // the sender seals to it from its own identity file: the listener prints
 // the plaintext. The sender starts over with another identity: the
-// listener prints that envelope with payload null and error key_changed;
-// started again with -trust laptop, it opens the next one.
+// listener prints that envelope with payload null and error key_changed
+// and keeps it; started again with -trust laptop, it prints it opened,
+// then the next one.
 func TestSealed(t *testing.T) {
 	for _, sender := range impls {
 		for _, opener := range impls {
@@ -45,11 +46,14 @@ func TestSealed(t *testing.T) {
 				if got := readCursor(cursor); got != p[1].Seq {
 					t.Fatalf("cursor file holds %d after seq %d", got, p[1].Seq)
 				}
-				l = opener.listen(t, r, "phone", cursor, "-open", "-identity", phoneID, "-trust", "laptop", "-count", "1")
+				// Held back, s-2 opens once its sender's new key is trusted,
+				// before what came since. Seen red when s-2 was gone.
+				l = opener.listen(t, r, "phone", cursor, "-open", "-identity", phoneID, "-trust", "laptop", "-count", "2")
 				send("laptop-new.id", "s-3", "trusted now")
+				send("laptop-new.id", "s-4", "after")
 				l.wait(0)
-				if p := l.printed(); len(p) != 1 || p[0].ID != "s-3" || p[0].Payload != b64("trusted now") {
-					t.Fatalf("listen -open -trust laptop printed %+v", p)
+				if p := l.printed(); len(p) != 2 || p[0].ID != "s-2" || p[0].Payload != b64("from a new identity") || p[0].Error != "" || p[1].ID != "s-3" || p[1].Payload != b64("trusted now") {
+					t.Fatalf("listen -open -trust laptop printed %+v, want s-2 opened, then s-3", p)
 				}
 			})
 		}
