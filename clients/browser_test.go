@@ -10,12 +10,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -449,5 +452,87 @@ func TestBrowserPushWorker(t *testing.T) {
 	callJSON(t, http.MethodGet, relay.URL+"/v1/poll?wait=0", phone, nil, http.StatusOK, &poll)
 	if poll.Cursor != 1 || len(poll.Envelopes) != 0 {
 		t.Errorf("after the worker: cursor %d, %d envelopes waiting; want the envelope acknowledged", poll.Cursor, len(poll.Envelopes))
+	}
+}
+
+// TestBrowserStream: a page in headless Chromium on one origin listens
+// with the TypeScript client to a relay on another (through a proxy of
+// this test that counts requests) while the page's other device sends:
+// every envelope arrives once and in order over one stream, opened with
+// one preflight. Polling, each poll's new cursor in its URL would be a
+// preflight of its own.
+func TestBrowserStream(t *testing.T) {
+	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
+	buildTypeScript(t)
+
+	results := make(chan []byte, 1)
+	mux := pageMux(results)
+	cfg := serveConfig(mux)
+	page := httptest.NewServer(mux)
+	t.Cleanup(page.Close)
+	relay := startRelay(t, "FN_CORS_ORIGINS="+page.URL)
+
+	var mu sync.Mutex
+	counts := map[string]int{}
+	target, err := url.Parse(relay.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		counts[r.Method+" "+r.URL.Path]++
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+
+	const count = 5
+	conf, err := json.Marshal(map[string]any{
+		"relay": front.URL, "timeoutMs": 30000, "count": count,
+		"phone": relay.token(t, "home", "phone"), "laptop": relay.token(t, "home", "laptop"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store(&conf)
+
+	b := openPage(t, chromium, page.URL+"/?run=/stream-page.js", results)
+	t.Logf("the page reported %s", b)
+	var res struct {
+		OK    bool   `json:"ok"`
+		Error string `json:"error"`
+		Got   []struct {
+			Seq     int64  `json:"seq"`
+			Payload string `json:"payload"`
+		} `json:"got"`
+		States []string `json:"states"`
+		Cursor int64    `json:"cursor"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("the page reported %q: %v", b, err)
+	}
+	if !res.OK {
+		t.Fatalf("the page failed: %+v", res)
+	}
+	for i, e := range res.Got {
+		if e.Seq != int64(i+1) || e.Payload != fmt.Sprintf("m%d", i+1) {
+			t.Errorf("envelope %d: %+v", i, e)
+		}
+	}
+	if res.Cursor != count {
+		t.Errorf("cursor %d, want %d", res.Cursor, count)
+	}
+	if len(res.States) < 2 || res.States[0] != "connecting/stream" || res.States[1] != "connected/stream" {
+		t.Errorf("states %v, want connecting/stream then connected/stream", res.States)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if counts["OPTIONS /v1/stream"] != 1 || counts["GET /v1/stream"] != 1 {
+		t.Errorf("requests %v: want one stream, opened with one preflight", counts)
+	}
+	if n := counts["GET /v1/poll"] + counts["OPTIONS /v1/poll"]; n != 0 {
+		t.Errorf("requests %v: the page polled", counts)
 	}
 }

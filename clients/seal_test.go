@@ -162,7 +162,7 @@ func goPeer(ctx context.Context, relay *relayProc, me sealDevice, send peerSend,
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	err = s.ListenSealed(ctx, &client.MemoryCursor{}, func(_ context.Context, e client.Envelope, plaintext []byte, openErr error) error {
+	err = s.ListenSealed(ctx, &client.MemoryCursor{}, &client.MemoryHeld{}, func(_ context.Context, e client.Envelope, plaintext []byte, openErr error) error {
 		if openErr != nil {
 			res.Refused = append(res.Refused, struct {
 				ID   string `json:"id"`

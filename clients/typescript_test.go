@@ -52,6 +52,7 @@ var wireSchemas = map[string]string{
 	"InvitationResponse":  "InvitationResponse",
 	"Invitation":          "Invitation",
 	"InvitationsResponse": "InvitationsResponse",
+	"StreamEnd":           "StreamEnd",
 }
 
 // TestTypeScriptWireTypes holds the TypeScript client's wire types to

@@ -10,7 +10,7 @@ import type { Envelope } from "./client.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { encodeBase64 } from "./base64.js";
 import { Keyring } from "./keyring.js";
-import { FileCursorStore, FilePinStore, loadIdentity } from "./node.js";
+import { FileCursorStore, FileHeldStore, FilePinStore, loadIdentity } from "./node.js";
 import { fingerprint } from "./seal.js";
 import { SealedClient } from "./sealed.js";
 import { RenewingCredentials, pair } from "./credentials.js";
@@ -28,6 +28,11 @@ common flags:
   -keyring F      with -seal/-open: the pinned keys (default: the identity file + .pins)
   -trust D1,D2    with -seal/-open: these devices' keys, as the directory lists
                   them now, replace their pins (compare the fingerprints first)
+  -drop D1,D2     with -open: discard these devices' held-back envelopes
+listen acknowledges the saved cursor before it exits (-count, SIGINT,
+SIGTERM). With -open, an envelope sealed with a sender key that changed is
+printed with error key_changed and kept in the identity file + .held; it is
+printed again, opened, once -trust names its sender, unless -drop drops it.
   -url URL        relay base URL (env FN_RELAY_URL, default http://127.0.0.1:8080)
   -token T        bearer token; else -token-file F; else env FN_TOKEN
   -token-file F   file holding the token
@@ -195,10 +200,11 @@ async function send(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
 }
 
 async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const { flags, rest } = parseFlags(args, [...COMMON, ...SEAL_FLAGS, "cursor-file", "wait", "count"], ["open"]);
+  const { flags, rest } = parseFlags(args, [...COMMON, ...SEAL_FLAGS, "drop", "cursor-file", "wait", "count"], ["open"]);
   if (rest.length > 0) throw new UsageError(`listen takes no arguments, got ${JSON.stringify(rest[0])}`);
   const wait = wholeNumber("wait", flags.get("wait") ?? "20", 1);
   const count = wholeNumber("count", flags.get("count") ?? "0", 0);
+  if (flags.has("drop") && flags.get("open") !== "true") throw new UsageError("-drop goes with -open");
   const client = await clientFrom(flags, env);
   const cursorStore = flags.has("cursor-file") ? new FileCursorStore(flags.get("cursor-file")!) : new MemoryCursorStore();
   const stop = new AbortController();
@@ -214,6 +220,10 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   const print = (e: Envelope, payload: Uint8Array) => writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: encodeBase64(payload) }));
   if (flags.get("open") === "true") {
     const sealed = await sealedFrom(client, flags, stop.signal);
+    const held = new FileHeldStore(`${flags.get("identity")}.held`);
+    for (const d of devices(flags.get("drop"))) {
+      process.stderr.write(`relay-client: dropped ${await sealed.dropHeld(d, { held })} held-back envelopes from ${d}\n`);
+    }
     await sealed.listen(
       async (e) => {
         await print(e, e.plaintext);
@@ -221,27 +231,54 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
       },
       {
         cursorStore,
+        held,
         signal: stop.signal,
         wait,
         // An envelope that does not open is a line too: payload null, and
         // the code of the check that refused it.
         onRefused: async (e, err) => {
           process.stderr.write(`relay-client: envelope ${e.seq} from ${e.from} does not open: ${err.message}\n`);
+          if (err.code === "key_changed") {
+            process.stderr.write(
+              `relay-client: envelope ${e.seq} from ${e.from} is held back in ${held.path}: it opens once -trust ${e.from} accepts the new key (compare fingerprints first), or -drop ${e.from} discards it\n`,
+            );
+          }
           await writeLine(JSON.stringify({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: null, error: err.code }));
           counted();
         },
       },
     );
-    return 0;
+  } else {
+    await client.listen(
+      async (e: Envelope) => {
+        await print(e, e.payload);
+        counted();
+      },
+      { cursorStore, signal: stop.signal, wait },
+    );
   }
-  await client.listen(
-    async (e: Envelope) => {
-      await print(e, e.payload);
-      counted();
-    },
-    { cursorStore, signal: stop.signal, wait },
-  );
+  await ackSaved(client, cursorStore);
   return 0;
+}
+
+/**
+ * Acknowledges the saved position. listen acknowledges only with its next
+ * poll, which a stopped listen never makes: without this the next listener
+ * is handed the last envelopes again. A failure is said, not fatal.
+ */
+async function ackSaved(client: RelayClient, cursorStore: FileCursorStore | MemoryCursorStore): Promise<void> {
+  const pos = await cursorStore.load();
+  if (pos.cursor === 0) return;
+  try {
+    await client.ack(pos.cursor, { epoch: pos.epoch, signal: AbortSignal.timeout(10_000) });
+  } catch (e) {
+    process.stderr.write(`relay-client: acknowledging seq ${pos.cursor}: ${(e as Error).message}; the next listen may print it again\n`);
+  }
+}
+
+/** A comma-separated list of devices. */
+function devices(list: string | undefined): string[] {
+  return (list ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "");
 }
 
 const SEAL_FLAGS = ["identity", "keyring", "trust"];
@@ -259,7 +296,7 @@ async function sealedFrom(client: RelayClient, flags: Flags, signal: AbortSignal
   const keyring = await Keyring.load(new FilePinStore(flags.get("keyring") || `${identityFile}.pins`));
   const sealed = await SealedClient.register(client, identity, keyring, { signal });
   if (created) process.stderr.write(`relay-client: created the identity ${identityFile}; ${sealed.device}'s fingerprint: ${await fingerprint(identity.publicKey)}\n`);
-  for (const d of (flags.get("trust") ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "")) {
+  for (const d of devices(flags.get("trust"))) {
     let key: Uint8Array;
     try {
       key = await sealed.trustListed(d, { signal });

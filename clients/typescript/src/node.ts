@@ -3,10 +3,13 @@ import { randomBytes } from "node:crypto";
 import { open, readFile, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
+import { decodeBase64, encodeBase64 } from "./base64.js";
+import type { Envelope } from "./client.js";
 import type { CursorStore, Position } from "./cursor.js";
 import { validEpoch } from "./cursor.js";
 import type { PinStore } from "./keyring.js";
 import { Identity } from "./seal.js";
+import type { HeldStore } from "./sealed.js";
 
 /**
  * Writes data to path so that a crash leaves the old contents or the new,
@@ -90,6 +93,33 @@ export class FilePinStore implements PinStore {
 
   save(data: string): Promise<void> {
     return writeAtomic(this.path, data + "\n");
+  }
+}
+
+/**
+ * Held-back envelopes (SealedClient's held) kept in a file: a JSON array,
+ * payloads in base64 and still sealed, as the Go client's FileHeld, written
+ * atomically (mode 0600). A missing file holds nothing.
+ */
+export class FileHeldStore implements HeldStore {
+  constructor(readonly path: string) {}
+
+  async load(): Promise<Envelope[]> {
+    const text = await readIfThere(this.path, "held file");
+    if (text === undefined) return [];
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch (e) {
+      throw new Error(`held file ${this.path}: ${(e as Error).message}`, { cause: e });
+    }
+    if (!Array.isArray(raw)) throw new Error(`held file ${this.path} does not hold an array`);
+    return raw.map((e: { seq: number; id: string; from: string; sent_at: string; payload: string }) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) }));
+  }
+
+  save(envelopes: Envelope[]): Promise<void> {
+    const raw = envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: encodeBase64(e.payload) }));
+    return writeAtomic(this.path, JSON.stringify(raw) + "\n");
   }
 }
 

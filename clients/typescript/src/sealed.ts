@@ -54,17 +54,56 @@ export interface ListenSealedOptions extends ListenOptions {
   /**
    * An envelope that does not open (a SealError says why). Resolving skips
    * it (the default: the cursor moves past it); throwing
-   * stops listen below it, so that it is handed over again, say after the
-   * app trusted a changed key.
+   * stops listen below it, so that it is handed over again. One refused as
+   * key_changed is saved in held first, and handed to the handler, opened,
+   * once the sender's new key is trusted (reopenHeld).
    */
   onRefused?: (envelope: Envelope, err: SealError) => void | Promise<void>;
+  /**
+   * Where envelopes refused as key_changed are kept while the cursor moves
+   * past them (the relay then no longer has them); by default the
+   * SealedClient's own memory, lost when the page or process ends:
+   * FileHeldStore (Node) or a store of the app's keeps them across restarts.
+   */
+  held?: HeldStore;
 }
+
+/**
+ * Keeps the sealed envelopes a SealedClient held back because their
+ * sender's key differs from its pin, until that key is trusted
+ * (reopenHeld) or the user drops them (dropHeld). save must be durable
+ * when its promise resolves: listen saves before the cursor moves on.
+ */
+export interface HeldStore {
+  /** The envelopes held; none when nothing was ever saved. */
+  load(): Promise<Envelope[]>;
+  save(envelopes: Envelope[]): Promise<void>;
+}
+
+/** Held envelopes in memory: for tests, and the default of listen. */
+export class MemoryHeldStore implements HeldStore {
+  private envelopes: Envelope[] = [];
+  async load(): Promise<Envelope[]> {
+    return [...this.envelopes];
+  }
+  async save(envelopes: Envelope[]): Promise<void> {
+    this.envelopes = [...envelopes];
+  }
+}
+
+/** The sender's id names a send; seqs may change after the relay's history went back. */
+const sameEnvelope = (a: Envelope, b: Envelope) => a.from === b.from && a.id === b.id;
 
 /**
  * A device that seals what it sends and opens what it receives: a relay
  * client, the device's identity and its keyring. Make one with register.
  */
 export class SealedClient {
+  /** listen's held store when its options name none. */
+  readonly held: HeldStore = new MemoryHeldStore();
+  /** One read-modify-write of a held store at a time. */
+  private heldTurn: Promise<unknown> = Promise.resolve();
+
   private constructor(
     readonly client: RelayClient,
     readonly identity: Identity,
@@ -156,19 +195,81 @@ export class SealedClient {
     return open(e.payload, params);
   }
 
-  /** The client's listen, each envelope opened before handler sees it (see ListenSealedOptions.onRefused). */
-  listen(handler: (e: OpenedEnvelope, signal: AbortSignal) => void | Promise<void>, opts: ListenSealedOptions = {}): Promise<void> {
-    const { onRefused, ...listenOpts } = opts;
+  /** Runs f after every earlier held-store update has settled. */
+  private withHeld<T>(f: () => Promise<T>): Promise<T> {
+    const run = this.heldTurn.then(f, f);
+    this.heldTurn = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * The client's listen, each envelope opened before handler sees it (see
+   * ListenSealedOptions.onRefused). What held keeps from earlier runs is
+   * reopened first (reopenHeld).
+   */
+  async listen(handler: (e: OpenedEnvelope, signal: AbortSignal) => void | Promise<void>, opts: ListenSealedOptions = {}): Promise<void> {
+    const { onRefused, held = this.held, ...listenOpts } = opts;
+    await this.reopenHeld(handler, { held, ...(onRefused && { onRefused }), ...(opts.signal && { signal: opts.signal }) });
     return this.client.listen(async (e, signal) => {
       let plaintext: Uint8Array;
       try {
         plaintext = await this.open(e);
       } catch (err) {
         if (!(err instanceof SealError)) throw err;
+        if (err.code === "key_changed") await this.withHeld(async () => {
+          const es = await held.load();
+          if (!es.some((x) => sameEnvelope(x, e))) await held.save([...es, e]);
+        });
         if (onRefused) await onRefused(e, err);
         return;
       }
       await handler({ ...e, plaintext }, signal);
     }, listenOpts);
+  }
+
+  /**
+   * Opens again each envelope held kept back, as an app does after
+   * trustListed: those that open now go to handler, those refused for
+   * another reason than key_changed to onRefused, in the order they were
+   * held, and each leaves held once its callback resolved; the others stay.
+   * It stops, resolving, when the signal aborts.
+   */
+  reopenHeld(
+    handler: (e: OpenedEnvelope, signal: AbortSignal) => void | Promise<void>,
+    opts: { held?: HeldStore; onRefused?: (envelope: Envelope, err: SealError) => void | Promise<void>; signal?: AbortSignal } = {},
+  ): Promise<void> {
+    const held = opts.held ?? this.held;
+    const signal = opts.signal ?? new AbortController().signal;
+    return this.withHeld(async () => {
+      const es = await held.load();
+      for (let i = 0; i < es.length && !signal.aborted; ) {
+        const e = es[i]!;
+        let plaintext: Uint8Array | undefined;
+        try {
+          plaintext = await this.open(e);
+        } catch (err) {
+          if (!(err instanceof SealError)) throw err;
+          if (err.code === "key_changed") {
+            i++;
+            continue;
+          }
+          if (opts.onRefused) await opts.onRefused(e, err);
+        }
+        if (plaintext) await handler({ ...e, plaintext }, signal);
+        es.splice(i, 1);
+        await held.save(es);
+      }
+    });
+  }
+
+  /** Discards what held keeps from device (from every device without one); resolves to how many went. */
+  dropHeld(device?: string, opts: { held?: HeldStore } = {}): Promise<number> {
+    const held = opts.held ?? this.held;
+    return this.withHeld(async () => {
+      const es = await held.load();
+      const kept = es.filter((e) => device !== undefined && e.from !== device);
+      if (kept.length !== es.length) await held.save(kept);
+      return es.length - kept.length;
+    });
   }
 }

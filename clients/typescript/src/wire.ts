@@ -161,3 +161,14 @@ export interface ErrorBody {
   /** 429 only: which limit refused. */
   limit?: string;
 }
+
+/** The data of a stream's last event (GET /v1/stream). */
+export interface StreamEnd {
+  reason: string;
+  status?: number;
+  error?: string;
+  message?: string;
+  head?: number;
+  epoch?: string;
+  limit?: string;
+}

@@ -46,7 +46,8 @@ describe("Retry-After", () => {
       const logged: string[] = [];
       const c = new RelayClient({ url: fake.url, token: "tok", log: (l) => logged.push(l) });
       // Over a bounded window each makes its first request and then waits
-      // the cap; before, each spun about 500 times a second.
+      // the cap; before, each spun about 500 times a second. listen's is a
+      // stream: a 503 there is a reason to wait, not to poll instead.
       const window = AbortSignal.timeout(2000);
       const [sent, listened] = await Promise.allSettled([
         c.send(["phone"], "x", { signal: window }),
@@ -55,7 +56,7 @@ describe("Retry-After", () => {
       assert.equal(sent.status, "rejected");
       assert.match(String((sent as PromiseRejectedResult).reason), /gave up/);
       assert.equal(listened.status, "fulfilled");
-      assert.deepEqual(Object.fromEntries(counts), { "/v1/send": 1, "/v1/poll": 1 }, `requests in 2 s; ${logged.length} retries, the first: ${logged.slice(0, 2).join("; ")}`);
+      assert.deepEqual(Object.fromEntries(counts), { "/v1/send": 1, "/v1/stream": 1 }, `requests in 2 s; ${logged.length} retries, the first: ${logged.slice(0, 2).join("; ")}`);
       assert.equal(logged.length, 2);
       for (const l of logged) assert.match(l, / in 60000 ms$/);
 

@@ -167,6 +167,19 @@ describe("listen", () => {
     assert.equal(await cursorIn(cursorFile), 3);
   });
 
+  // Seen red when listen left the acknowledgement to a poll it never made.
+  test("-count N acknowledges what it printed before it exits: the next listen, without a cursor file, goes on", async () => {
+    const { phone, laptop, common } = await setup();
+    const client = new RelayClient({ url: relay.url, token: laptop });
+    await client.send(["phone"], "first", { id: "a1" });
+    await client.send(["phone"], "second", { id: "a2" });
+    for (const want of ["a1", "a2"]) {
+      const r = await cli(["listen", ...common, "-token", phone, "-count", "1", "-wait", "2"]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal((JSON.parse(r.stdout) as { id: string }).id, want);
+    }
+  });
+
   test("a cursor file above the device's head recovers without losing envelopes", async () => {
     const { phone, laptop, common } = await setup();
     await new RelayClient({ url: relay.url, token: laptop }).send(["phone"], "kept");
@@ -251,7 +264,7 @@ describe("sealed", () => {
     assert.match(r.stderr, /key_changed/);
     assert.equal(r.stdout, "");
 
-    // Trusted, the same envelope opens (a memory cursor: the relay still holds seq 2).
+    // Trusted, the held envelope opens (the relay no longer has it: listen acknowledged it).
     r = await listen("-trust", "laptop");
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stderr, /trusting laptop's key, fingerprint \d{5}/);

@@ -184,7 +184,7 @@ describe("send retries", () => {
 });
 
 describe("listen", () => {
-  test("hands over every envelope once, in seq order, each poll carrying the cursor", async () => {
+  test("polling (streams: false), hands over every envelope once, in seq order, each poll carrying the cursor", async () => {
     const hh = household();
     const rec = recording();
     const phone = await device(hh, "phone", { fetch: rec.fetch });
@@ -202,7 +202,7 @@ describe("listen", () => {
         assert.equal(store.cursor, e.seq - 1);
         if (got.length === 5) stop.abort();
       },
-      { cursorStore: store, signal: stop.signal, wait: 5, limit: 2 },
+      { cursorStore: store, signal: stop.signal, wait: 5, limit: 2, streams: false },
     );
     assert.deepEqual(got.map((e) => [e.seq, text(e.payload)]), [[1, "m1"], [2, "m2"], [3, "m3"], [4, "m4"], [5, "m5"]]);
     assert.equal(store.cursor, 5);

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { mkdir, mkdtemp, readFile, readdir, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
@@ -79,4 +80,45 @@ test("the browser entry point imports nothing of Node", async () => {
   // The walker sees the Node module's own imports: it would notice them.
   const nodeSrc = await readFile(join(dist, "node.js"), "utf8");
   assert.match(nodeSrc, /from "node:fs\/promises"/);
+});
+
+// Seen red while package.json said Node >=20 and the README did not say
+// what require() needs, nor that fingerprint() is asynchronous.
+test("a CommonJS project requires the ES module where package.json's engines say, and the README says so", async () => {
+  const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+  const pkg = JSON.parse(await readFile(join(root, "package.json"), "utf8")) as { engines: { node: string }; type: string };
+  assert.equal(pkg.type, "module");
+  // require(esm) is on by default from Node 20.19 and 22.12.
+  assert.equal(pkg.engines.node, "^20.19.0 || >=22.12.0");
+  const readme = (await readFile(join(root, "README.md"), "utf8")).replace(/\s+/g, " ");
+  assert.ok(readme.includes(`"node": "${pkg.engines.node}"`), "the README names the engines range");
+  assert.ok(readme.includes("ERR_REQUIRE_ESM"), "the README says what an older Node answers");
+  assert.match(readme, /`fingerprint\(key\)`[^.]*returns a Promise/, "the README says fingerprint is asynchronous");
+
+  const dir = await mkdtemp(join(tmpdir(), "cjs-"));
+  try {
+    await mkdir(join(dir, "node_modules", "@flamenet"), { recursive: true });
+    await symlink(root, join(dir, "node_modules", "@flamenet", "relay-client"));
+    await writeFile(join(dir, "package.json"), JSON.stringify({ name: "cjs-app", version: "1.0.0", type: "commonjs" }));
+    await writeFile(
+      join(dir, "app.js"),
+      `const { RelayClient, fingerprint } = require("@flamenet/relay-client");
+const { FileCursorStore } = require("@flamenet/relay-client/node");
+const f = fingerprint(new Uint8Array(32).fill(7));
+f.then((s) => console.log(typeof RelayClient, typeof FileCursorStore, f instanceof Promise, s.length > 0), (e) => { console.error(e); process.exit(1); });
+`,
+    );
+    const node = (...args: string[]) =>
+      new Promise<{ code: number | null; out: string; err: string }>((done) => {
+        execFile(process.execPath, [...args, "app.js"], { cwd: dir }, (e, out, err) => done({ code: e ? (e.code as number) ?? 1 : 0, out, err }));
+      });
+    const ok = await node();
+    assert.equal(ok.code, 0, ok.err);
+    assert.equal(ok.out.trim(), "function function true true");
+    const old = await node("--no-experimental-require-module");
+    assert.notEqual(old.code, 0);
+    assert.match(old.err, /ERR_REQUIRE_ESM/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });

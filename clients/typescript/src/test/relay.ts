@@ -158,13 +158,16 @@ export function stopProcess(child: ChildProcess): Promise<void> {
  * A TCP proxy in front of the relay that can drop connections: refuse
  * closes the next n connections at once; loseAnswer lets the next request
  * through and closes its connection when the answer starts, so the relay
- * processed it but the client never hears.
+ * processed it but the client never hears; cutAfter closes a connection
+ * in the middle of an answer.
  */
 export class FaultyProxy {
   url = "";
   private server: Server;
   private refuse = 0;
   private lose = 0;
+  private cuts = 0;
+  private cutOn = "";
   private readonly sockets = new Set<Socket>();
   connections = 0;
 
@@ -187,6 +190,12 @@ export class FaultyProxy {
 
   loseNextAnswer(): void {
     this.lose++;
+  }
+
+  /** Cuts the next n connections right after forwarding a chunk that holds text. */
+  cutAfter(text: string, n: number): void {
+    this.cutOn = text;
+    this.cuts += n;
   }
 
   private accept(client: Socket): void {
@@ -214,6 +223,11 @@ export class FaultyProxy {
         return;
       }
       client.write(chunk);
+      if (this.cuts > 0 && chunk.includes(this.cutOn)) {
+        this.cuts--;
+        client.destroy();
+        up.destroy();
+      }
     });
     up.on("end", () => client.end());
   }

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Identity, Keyring, MemoryPinStore, RelayClient, SealError, SealedClient, readDirectory } from "../index.js";
-import type { KeyChange, OpenedEnvelope } from "../index.js";
+import { Identity, Keyring, MemoryCursorStore, MemoryHeldStore, MemoryPinStore, RelayClient, SealError, SealedClient, readDirectory } from "../index.js";
+import type { CursorStore, HeldStore, KeyChange, OpenedEnvelope } from "../index.js";
 import { household, startRelay } from "./relay.js";
 import type { Relay } from "./relay.js";
 
@@ -35,7 +35,7 @@ async function device(hh: string, name: string, identity?: Identity): Promise<De
 }
 
 /** Listens until n envelopes opened or were refused; returns both. */
-async function receive(d: Dev, n: number): Promise<{ opened: OpenedEnvelope[]; refused: SealError[] }> {
+async function receive(d: Dev, n: number, opts: { cursorStore?: CursorStore; held?: HeldStore } = {}): Promise<{ opened: OpenedEnvelope[]; refused: SealError[] }> {
   const opened: OpenedEnvelope[] = [];
   const refused: SealError[] = [];
   const stop = new AbortController();
@@ -49,6 +49,7 @@ async function receive(d: Dev, n: number): Promise<{ opened: OpenedEnvelope[]; r
       done();
     },
     {
+      ...opts,
       signal: stop.signal,
       wait: 5,
       onRefused: (_e, err) => {
@@ -202,5 +203,33 @@ describe("a key changed in the directory", () => {
     assert.deepEqual(opened, []);
     assert.equal(refused[0]?.code, "key_changed");
     assert.deepEqual(phone.changes.map((c) => c.device), ["laptop"], "open read the directory and reported the change");
+  });
+
+  // Seen red when listen let the cursor move past it and kept nothing.
+  test("an envelope refused as key_changed is held, opens once the new key is trusted, and can be dropped", async () => {
+    const hh = household();
+    const phone = await device(hh, "phone");
+    await device(hh, "laptop");
+    await phone.sealed.refresh();
+    const newLaptop = await device(hh, "laptop");
+    await newLaptop.sealed.sendSealed("h-1", ["phone"], "held, then opened");
+    const cursorStore = new MemoryCursorStore();
+    const held = new MemoryHeldStore();
+    const { refused } = await receive(phone, 1, { cursorStore, held });
+    assert.equal(refused[0]?.code, "key_changed");
+    assert.equal(cursorStore.cursor, 1, "the cursor moved past it");
+    assert.deepEqual((await held.load()).map((e) => e.id), ["h-1"]);
+
+    await phone.sealed.trustListed("laptop");
+    const { opened } = await receive(phone, 1, { cursorStore, held });
+    assert.deepEqual(opened.map((e) => [e.id, text(e.plaintext)]), [["h-1", "held, then opened"]]);
+    assert.deepEqual(await held.load(), []);
+
+    const newer = await device(hh, "laptop");
+    await newer.sealed.sendSealed("h-2", ["phone"], "from a key nobody trusts");
+    assert.equal((await receive(phone, 1, { cursorStore, held })).refused[0]?.code, "key_changed");
+    await phone.sealed.reopenHeld(() => assert.fail("reopened an envelope whose key is still not trusted"), { held });
+    assert.equal(await phone.sealed.dropHeld("laptop", { held }), 1);
+    assert.deepEqual(await held.load(), []);
   });
 });

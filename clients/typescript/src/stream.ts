@@ -1,0 +1,151 @@
+import { decodeBase64 } from "./base64.js";
+import { NoAnswerError, RelayError } from "./errors.js";
+import { StreamUnavailableError } from "./errors.js";
+import type { PollResult } from "./client.js";
+import type * as wire from "./wire.js";
+
+/** Why a stream ended: its last event. */
+export interface StreamEnd {
+  /**
+   * superseded (a newer stream or poll of the device), drained (the relay is
+   * shutting down), expired (the stream's life ran out: open the next at
+   * once), removed (the device was removed) or error.
+   */
+  reason: string;
+  /** For removed and error: what the request would have been answered (409 cursor_ahead after a new store epoch, 401, 503). */
+  error?: RelayError;
+}
+
+/** One event of a stream. */
+export type StreamEvent =
+  | { kind: "ready"; result: PollResult }
+  | { kind: "envelopes"; result: PollResult }
+  | { kind: "ping" }
+  | { kind: "end"; end: StreamEnd };
+
+/**
+ * An open GET /v1/stream, read with fetch: next() gives its events in
+ * order. After the end event it resolves no more (it rejects); a body that
+ * ends without one, or carries nothing for the idle timeout, rejects with
+ * NoAnswerError (the stream was cut: open the next from the cursor).
+ */
+export class RelayStream {
+  private reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  private readonly decoder = new TextDecoder();
+  private buf = "";
+  private ready = false;
+  private ended = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  timedOut = false;
+
+  constructor(
+    private readonly ctl: AbortController,
+    readyMs: number,
+    private readonly idleMs: number,
+    private readonly done: () => void,
+  ) {
+    this.arm(readyMs);
+  }
+
+  private arm(ms: number): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      this.ctl.abort();
+    }, ms);
+  }
+
+  /** @internal */
+  attach(body: ReadableStream<Uint8Array>): void {
+    this.reader = body.getReader();
+  }
+
+  /** Ends the stream. */
+  close(): void {
+    clearTimeout(this.timer);
+    this.ctl.abort();
+    this.reader?.cancel().catch(() => {});
+    this.done();
+  }
+
+  /** The next event. */
+  async next(): Promise<StreamEvent> {
+    if (this.ended || !this.reader) throw new NoAnswerError("the stream has ended");
+    let name = "";
+    let data = "";
+    for (;;) {
+      const nl = this.buf.indexOf("\n");
+      if (nl < 0) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await this.reader.read();
+        } catch (e) {
+          throw this.cut(e);
+        }
+        if (chunk.done) throw this.cut(undefined);
+        this.arm(this.idleMs);
+        this.buf += this.decoder.decode(chunk.value, { stream: true });
+        continue;
+      }
+      let line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (line.endsWith("\r")) line = line.slice(0, -1);
+      if (line === "") {
+        if (name === "") continue;
+        return this.event(name, data);
+      }
+      if (line.startsWith(":")) {
+        if (this.ready) return { kind: "ping" };
+      } else if (line.startsWith("event: ")) {
+        name = line.slice("event: ".length);
+      } else if (line.startsWith("data: ")) {
+        data = line.slice("data: ".length);
+      }
+      // id: lines (the batch's cursor, which its data carries too) and
+      // fields this client does not know are skipped.
+    }
+  }
+
+  private cut(e: unknown): Error {
+    if (this.timedOut && !this.ready) return new StreamUnavailableError("no stream event within the time allowed (a proxy that buffers answers?)");
+    const why = this.timedOut ? "nothing received for too long" : e instanceof Error ? e.message : "the answer ended without its last event";
+    return new NoAnswerError(`the stream was cut: ${why}`, { cause: e });
+  }
+
+  private event(name: string, data: string): StreamEvent {
+    let v: unknown;
+    try {
+      v = JSON.parse(data);
+    } catch (e) {
+      throw new NoAnswerError(`the stream's ${name} event is not JSON`, { cause: e });
+    }
+    switch (name) {
+      case "ready":
+      case "envelopes": {
+        const res = v as wire.PollResponse;
+        this.ready = true;
+        const result: PollResult = {
+          cursor: res.cursor,
+          more: res.more,
+          envelopes: res.envelopes.map((e) => ({ seq: e.seq, id: e.id, from: e.from, sent_at: e.sent_at, payload: decodeBase64(e.payload) })),
+          ...(typeof res.epoch === "string" && { epoch: res.epoch }),
+        };
+        return { kind: name, result };
+      }
+      case "end": {
+        this.ended = true;
+        const b = v as wire.StreamEnd;
+        const end: StreamEnd = { reason: b.reason };
+        if (b.status) {
+          const body: wire.ErrorBody = { error: b.error ?? "", message: b.message ?? "" };
+          if (b.head !== undefined) body.head = b.head;
+          if (b.epoch !== undefined) body.epoch = b.epoch;
+          if (b.limit !== undefined) body.limit = b.limit;
+          end.error = new RelayError(b.status, body, undefined, b.message ?? "");
+        }
+        return { kind: "end", end };
+      }
+    }
+    return { kind: "ping" }; // an event this client does not know
+  }
+}
