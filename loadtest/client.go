@@ -61,6 +61,9 @@ func errKind(op string, err error) string {
 	if errors.As(err, &e) {
 		return op + " " + kind(e)
 	}
+	if errors.Is(err, client.ErrStreamCut) {
+		return op + " cut"
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return op + " timeout"

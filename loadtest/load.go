@@ -70,6 +70,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 			Herd:             cfg.herd,
 			DrainSeconds:     cfg.drain.Seconds(),
 			AckMode:          cfg.ackMode,
+			Transport:        transportOf(cfg),
 			Hostile:          cfg.hostile,
 			SlowReaders:      slowReadersOf(cfg),
 			HostileKinds:     hostileKindsOf(cfg),
@@ -303,6 +304,15 @@ func hostileKindsOf(cfg *config) string {
 
 // slowReadersOf is how many slow readers a round opens: none without
 // hostile connections.
+// transportOf names how recipients listened, for the report: "stream",
+// or nothing for polls.
+func transportOf(cfg *config) string {
+	if cfg.stream {
+		return "stream"
+	}
+	return ""
+}
+
 func slowReadersOf(cfg *config) int {
 	if cfg.hostile == 0 {
 		return 0
@@ -682,7 +692,11 @@ func (r *runner) run(ctx context.Context) (*result, error) {
 		// Without -herd the first polls spread over one wait period, so
 		// their expiries spread too, as a settled population's would.
 		first := t0.Add(ramp * time.Duration(p.idx) / time.Duration(len(r.pairs)))
-		pollers.Go(func() { r.pollLoop(polls, p, first) })
+		if r.cfg.stream {
+			pollers.Go(func() { r.streamLoop(polls, p, first) })
+		} else {
+			pollers.Go(func() { r.pollLoop(polls, p, first) })
+		}
 	}
 
 	sched.start = t0.Add(ramp)
@@ -1056,13 +1070,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(l.ctx, cancel)()
-	held := r.held.Add(1)
-	for {
-		peak := r.peak.Load()
-		if held <= peak || r.peak.CompareAndSwap(peak, held) {
-			break
-		}
-	}
+	r.holding()
 	// With explicit acks the poll leaves the cursor out, so the relay
 	// answers from the cursor it has stored; so does a client that lost
 	// its place, and one resynchronising after a 409 cursor_ahead. The
@@ -1076,26 +1084,132 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	resp, err := l.client.Poll(ctx, q)
 	r.held.Add(-1)
 	at := time.Now()
-	if err == nil {
-		r.record(p, li, resp, from, at)
-		p.lostPlace, p.resync = false, false
-		crashed := len(resp.Envelopes) > 0 && r.crashClient(ctx, p)
-		if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 && !crashed {
-			r.ack(ctx, p, l, client.Position{Cursor: resp.Cursor, Epoch: p.epoch})
+	if err != nil {
+		return false, r.listenFailed(ctx, p, l, li, "poll", q.Epoch, err, from, at)
+	}
+	r.record(p, li, resp, from, at)
+	p.lostPlace, p.resync = false, false
+	crashed := len(resp.Envelopes) > 0 && r.crashClient(ctx, p)
+	if r.cfg.ackMode == "explicit" && len(resp.Envelopes) > 0 && !crashed {
+		r.ack(ctx, p, l, client.Position{Cursor: resp.Cursor, Epoch: p.epoch})
+	}
+	return resp.More, nil
+}
+
+// streamAckEvery is how often a stream's position is acknowledged while
+// envelopes come, as the relay's own clients do; the next ping and the
+// next stream's cursor acknowledge the rest.
+const streamAckEvery = 15 * time.Second
+
+// streamLoop holds the recipient's streams, one after another, until ctx
+// ends.
+func (r *runner) streamLoop(ctx context.Context, p *pair, first time.Time) {
+	if !sleepUntil(ctx, first) {
+		return
+	}
+	for ctx.Err() == nil {
+		r.streamOnce(ctx, p)
+	}
+}
+
+// streamOnce holds one stream with the recipient's latest life and
+// records each batch it carries, as pollOnce records a poll's answer.
+// It acknowledges lazily (streamAckEvery, and at a ping), or each batch
+// with -ack explicit.
+func (r *runner) streamOnce(ctx context.Context, p *pair) error {
+	l, li := r.current(p)
+	if li != p.polled {
+		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = li, l.cursor, l.epoch, false, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	r.holding()
+	defer r.held.Add(-1)
+	q := client.StreamQuery{Cursor: p.cursor, OmitCursor: r.cfg.ackMode == "explicit" || p.lostPlace || p.resync}
+	if !p.lostPlace && !p.resync {
+		q.Epoch = p.epoch
+	}
+	from := time.Now()
+	s, err := l.client.Stream(ctx, q)
+	if err != nil {
+		return r.listenFailed(ctx, p, l, li, "stream", q.Epoch, err, from, time.Now())
+	}
+	defer s.Close()
+	acked, ackedAt := p.cursor, time.Now()
+	ack := func() {
+		if p.cursor != acked && !p.lostPlace {
+			r.ack(ctx, p, l, client.Position{Cursor: p.cursor, Epoch: p.epoch})
+			acked, ackedAt = p.cursor, time.Now()
 		}
-		return resp.More, nil
 	}
+	for {
+		ev, err := s.Next()
+		at := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.failure("stream", p.pollRelay, err, from, at)
+			sleepFor(ctx, 200*time.Millisecond)
+			return err
+		}
+		switch ev.Kind {
+		case "ready", "envelopes":
+			// Every batch counts as asked for when the stream opened: the
+			// earliest the relay can have written it.
+			r.record(p, li, ev.Result, from, at)
+			p.lostPlace, p.resync = false, false
+			if len(ev.Result.Envelopes) > 0 && r.crashClient(ctx, p) {
+				return nil
+			}
+			if r.cfg.ackMode == "explicit" || time.Since(ackedAt) >= streamAckEvery {
+				ack()
+			}
+		case "ping":
+			ack()
+		case "end":
+			switch ev.End.Reason {
+			case "superseded", "drained", "expired":
+				return nil
+			}
+			if ev.End.Err != nil {
+				return r.listenFailed(ctx, p, l, li, "stream", q.Epoch, ev.End.Err, from, at)
+			}
+			err := fmt.Errorf("stream ended with %q", ev.End.Reason)
+			r.failure("stream", p.pollRelay, err, from, at)
+			return err
+		}
+	}
+}
+
+// holding counts one more poll or stream in flight and keeps the peak.
+func (r *runner) holding() {
+	held := r.held.Add(1)
+	for {
+		peak := r.peak.Load()
+		if held <= peak || r.peak.CompareAndSwap(peak, held) {
+			return
+		}
+	}
+}
+
+// listenFailed sorts out a poll's or stream's failure, from..at: a
+// removal's 401 waits for the next life, a cursor_ahead resynchronises,
+// anything else is counted and waited out before the next try. It
+// returns err.
+func (r *runner) listenFailed(ctx context.Context, p *pair, l *life, li int, op, epoch string, err error, from, at time.Time) error {
 	if ctx.Err() != nil {
-		return false, ctx.Err()
+		return ctx.Err()
 	}
-	if r.removalAnswer(l, "poll", err, at) {
+	if r.removalAnswer(l, op, err, at) {
 		r.awaitLife(ctx, p, li)
-		return false, err
+		return err
 	}
-	if r.cursorAhead(p, "poll", q.Epoch, err, from, at) {
-		return false, err
+	if r.cursorAhead(p, op, epoch, err, from, at) {
+		return err
 	}
-	r.failure("poll", p.pollRelay, err, from, at)
+	r.failure(op, p.pollRelay, err, from, at)
 	var se *client.Error
 	switch {
 	case errors.As(err, &se) && turnedAway(se):
@@ -1105,7 +1219,7 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	default:
 		sleepFor(ctx, 200*time.Millisecond)
 	}
-	return false, err
+	return err
 }
 
 // ack acknowledges up to pos, again and again while no definitive
@@ -1260,12 +1374,7 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 			pending := r.owedLocked()
 			refused, errs := report.Total(c.refused), report.Total(c.errors)
 			r.mu.Unlock()
-			var p50, p99 string
-			if len(sorted) > 0 {
-				slices.Sort(sorted)
-				p50 = report.Percentile(sorted, 50).Round(time.Millisecond).String()
-				p99 = report.Percentile(sorted, 99).Round(time.Millisecond).String()
-			}
+			p50, p99 := progressLatencies(sorted)
 			rate := float64(c.accepted-lastAccepted) / now.Sub(last).Seconds()
 			lastAccepted, last = c.accepted, now
 			r.logger.Info("progress",
@@ -1277,6 +1386,17 @@ func (r *runner) progressLoop(ctx context.Context, t0 time.Time) {
 				"late", c.late, "refused", refused, "errors", errs)
 		}
 	}
+}
+
+// progressLatencies are a progress line's p50 and p99 of samples (sorted
+// here), "" for none: computed and printed as the summary's are, so that
+// the two show the same figure for the same samples.
+func progressLatencies(samples []time.Duration) (p50, p99 string) {
+	if len(samples) == 0 {
+		return "", ""
+	}
+	s := report.Summarize(samples)
+	return report.FormatMS(s.P50), report.FormatMS(s.P99)
 }
 
 // announce says, before anything is sent, how long the run will take and

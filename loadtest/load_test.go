@@ -4,8 +4,11 @@ import (
 	"crypto/ed25519"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/loadtest/report"
 )
 
 func testRunner(t *testing.T, urls []string, pairs int) *runner {
@@ -59,5 +62,23 @@ func TestSendIndex(t *testing.T) {
 		if got := r.sendIndex(tc.id); got != tc.want {
 			t.Errorf("sendIndex(%q) = %d, want %d", tc.id, got, tc.want)
 		}
+	}
+}
+
+// TestProgressLatencies: a progress line prints the latency as the
+// summary does; sub-millisecond samples read 0.1 ms in both, not 0s in
+// one. Seen red when progress rounded to the millisecond.
+func TestProgressLatencies(t *testing.T) {
+	samples := []time.Duration{80 * time.Microsecond, 100 * time.Microsecond, 120 * time.Microsecond, 2500 * time.Microsecond}
+	p50, p99 := progressLatencies(slices.Clone(samples))
+	s := report.Summarize(samples)
+	if want := report.FormatMS(s.P50); p50 != want || p50 != "0.1 ms" {
+		t.Errorf("progress p50 %q, summary %q", p50, want)
+	}
+	if want := report.FormatMS(s.P99); p99 != want {
+		t.Errorf("progress p99 %q, summary %q", p99, want)
+	}
+	if p50, p99 := progressLatencies(nil); p50 != "" || p99 != "" {
+		t.Errorf("no samples: %q %q", p50, p99)
 	}
 }

@@ -145,6 +145,7 @@ func TestShortRunSQLite(t *testing.T) {
 	}{
 		{name: "json", args: nil},
 		{name: "msgpack herd", args: []string{"-codec", "msgpack", "-herd"}},
+		{name: "stream herd", args: []string{"-stream", "-herd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append([]string{"-relay-bin", bin}, shortRun...), tc.args...)
@@ -158,6 +159,9 @@ func TestShortRunSQLite(t *testing.T) {
 			}
 			if !strings.HasPrefix(line, "ok: ") || strings.Count(line, "\n") != 1 {
 				t.Errorf("summary = %q, want one line starting ok:", line)
+			}
+			if stream := slices.Contains(tc.args, "-stream"); stream != (rep.Config.Transport == "stream") {
+				t.Errorf("stream %v: transport %q", stream, rep.Config.Transport)
 			}
 			// A herd's sends wait for the whole population to hold, and the
 			// report says how long forming it took.
@@ -461,6 +465,36 @@ func TestCrashRun(t *testing.T) {
 	}
 	if rep.Relay.Processes != 1 || rep.Relay.CPUSecondsTotal <= 0 {
 		t.Errorf("relay figures %+v", rep.Relay)
+	}
+}
+
+// TestCrashRunStream kills the relay under held streams: each stream is
+// cut, the next opens from its cursor once the relay is back, and nothing
+// is lost, repeated or reordered.
+func TestCrashRunStream(t *testing.T) {
+	bin := needRelay(t)
+	rep, _, err := runTool(t, append([]string{"-relay-bin", bin, "-crash", "1.5s", "-crash-down", "300ms", "-stream"}, shortRun...)...)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	if !rep.OK || rep.Accepted != rep.Scheduled || rep.Delivered != rep.Accepted || rep.Lost+rep.Duplicates+rep.Redelivered+rep.Reordered != 0 {
+		t.Errorf("ok %v failures %v: accepted %d of %d, delivered %d, lost %d dup %d redelivered %d reordered %d",
+			rep.OK, rep.Failures, rep.Accepted, rep.Scheduled, rep.Delivered, rep.Lost, rep.Duplicates, rep.Redelivered, rep.Reordered)
+	}
+	if len(rep.Crashes) != 1 {
+		t.Fatalf("crashes = %+v, want one", rep.Crashes)
+	}
+	// The kill cut the held streams, and no poll was made.
+	if rep.Retried["stream cut"] == 0 {
+		t.Errorf("retried = %v, want the streams the kill cut", rep.Retried)
+	}
+	for k := range rep.Retried {
+		if strings.HasPrefix(k, "poll ") {
+			t.Errorf("retried %q: a poll in a stream run", k)
+		}
+	}
+	if rep.Config.Transport != "stream" {
+		t.Errorf("transport %q", rep.Config.Transport)
 	}
 }
 

@@ -316,7 +316,9 @@ type Config struct {
 
 	// AckMode is "cursor" or "explicit"; absent in older reports, which
 	// all acknowledged by cursor.
-	AckMode        string    `json:"ack_mode,omitempty"`
+	AckMode string `json:"ack_mode,omitempty"`
+	// Transport is "stream" when recipients held streams; absent, polls.
+	Transport      string    `json:"transport,omitempty"`
 	CrashAtSeconds []float64 `json:"crash_at_seconds,omitempty"`
 	// CrashReplica is the replica -crash killed, "all" for every one.
 	CrashReplica string `json:"crash_replica,omitempty"`
