@@ -34,7 +34,8 @@ const consoleShots = "docs/console"
 // and removes it after a confirmation, after which the relay lists it no
 // more. The page logs no error (a policy violation would be one), keeps
 // no token or code in its address, and the relay's log holds neither
-// code. With -update the screenshots are written to docs/console/;
+// code. The first screen, before any invitation, shows no invitation
+// panel. With -update the screenshots are written to docs/console/;
 // otherwise they are only checked to be whole PNGs.
 func TestConsole(t *testing.T) {
 	b := servicetest.Chromium(t, 1000, 600)
@@ -110,6 +111,20 @@ func TestConsole(t *testing.T) {
 	}
 	b.Eval(`document.getElementById("confirm-pair-ok").click()`, nil)
 	b.WaitFor("the household's devices", `document.querySelector('#device-rows tr[data-device="browser"]')`)
+	// The first screen, before any invitation: no invitation panel, and
+	// no pending invitation listed (the browser's was redeemed). Seen red
+	// when .invitation's display: flex beat its hidden attribute and an
+	// empty panel with a broken QR image showed.
+	var first struct {
+		Display string
+		Pending int
+	}
+	b.Eval(`({display: getComputedStyle(document.getElementById("invitation")).display,
+		pending: document.querySelectorAll("#pending-rows tr[data-device]").length})`, &first)
+	if first.Display != "none" || first.Pending != 0 {
+		t.Errorf("the first screen shows an invitation panel (display %q) or pending invitations (%d)", first.Display, first.Pending)
+	}
+	shot("first")
 	var stored struct{ Household, Device, Scope, URL string }
 	b.Eval(`JSON.parse(localStorage.getItem("relay-console"))`, &stored)
 	if stored.Household != "home" || stored.Device != "browser" || stored.Scope != "admin" || stored.URL != base {

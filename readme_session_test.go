@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,83 @@ func sessionBlock(t *testing.T, readme, heading string) string {
 	return m[1]
 }
 
+// httpMark splits the session's output from the curl session's.
+const httpMark = "=== over HTTP ==="
+
+// answersBlock is the first plain code block after the sh block after
+// heading: the answers the README shows for it.
+func answersBlock(t *testing.T, readme, heading string) string {
+	t.Helper()
+	_, rest, _ := strings.Cut(readme, "\n"+heading+"\n")
+	m := regexp.MustCompile("(?s)```sh\n.*?```\n.*?```\n(.*?)```\n").FindStringSubmatch(rest)
+	if m == nil {
+		t.Fatalf("no answers block after %q", heading)
+	}
+	return m[1]
+}
+
+// sameAnswers compares the README's answers with the relay's, line by
+// line: a JSON answer must have the same fields, at every depth, as the
+// README's (the values differ: ids, times), any other line the same text.
+// Seen red when the README's register and poll answers lacked epoch.
+func sameAnswers(t *testing.T, readme, got string) {
+	t.Helper()
+	want, have := strings.Split(strings.TrimSpace(readme), "\n"), splitAnswers(got)
+	if len(want) != len(have) {
+		t.Fatalf("the README shows %d answers, the relay gave %d:\n%q", len(want), len(have), got)
+	}
+	for i := range want {
+		var w, h any
+		if json.Unmarshal([]byte(want[i]), &w) != nil {
+			if want[i] != have[i] {
+				t.Errorf("answer %d: the README shows %q, the relay gave %q", i+1, want[i], have[i])
+			}
+			continue
+		}
+		if err := json.Unmarshal([]byte(have[i]), &h); err != nil {
+			t.Errorf("answer %d: the README shows JSON, the relay gave %q", i+1, have[i])
+			continue
+		}
+		if wf, hf := fieldPaths(w, ""), fieldPaths(h, ""); !slices.Equal(wf, hf) {
+			t.Errorf("answer %d's fields: the README shows %q, the relay gives %q", i+1, wf, hf)
+		}
+	}
+}
+
+// splitAnswers splits curl's output into answers: a JSON body may end
+// without a newline, right before the next answer.
+func splitAnswers(out string) []string {
+	var answers []string
+	dec := json.NewDecoder(strings.NewReader(out))
+	for {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		answers = append(answers, string(raw))
+	}
+	return answers
+}
+
+// fieldPaths lists the fields of a decoded JSON value, sorted, as dotted
+// paths ("envelopes[].seq").
+func fieldPaths(v any, prefix string) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			out = append(out, prefix+k)
+			out = append(out, fieldPaths(x, prefix+k+".")...)
+		}
+	case []any:
+		for _, x := range v {
+			out = append(out, fieldPaths(x, strings.TrimSuffix(prefix, ".")+"[].")...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // TestReadmeSealedSession runs the README's session, the plain round trip
 // and then the sealed one, with bash in a fresh directory beside a relay
 // process started there (as `go run .` would be), and checks what the
@@ -32,7 +111,8 @@ func sessionBlock(t *testing.T, readme, heading string) string {
 // the test's (no `go build`); each listener stops after one envelope
 // (-count 1) and is waited for where the README kills it; and where the
 // README sleeps a second for the listener to register, the script waits
-// until the directory shows it.
+// until the directory shows it. Last, the curl session runs on the relay's
+// address, and its answers' fields are compared with the README's.
 func TestReadmeSealedSession(t *testing.T) {
 	b, err := os.ReadFile("README.md")
 	if err != nil {
@@ -41,6 +121,8 @@ func TestReadmeSealedSession(t *testing.T) {
 	readme := string(b)
 	plain := sessionBlock(t, readme, "## A session")
 	sealed := sessionBlock(t, readme, "### Sealed")
+	overHTTP := sessionBlock(t, readme, "### The same over HTTP")
+	answers := answersBlock(t, readme, "### The same over HTTP")
 
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
@@ -84,6 +166,9 @@ settle() {
 		script.WriteString(line + "\n")
 	}
 	script.WriteString("wait\n")
+	// Then the curl session, on the relay's address.
+	script.WriteString("echo " + httpMark + "\n")
+	script.WriteString(strings.NewReplacer("'http://127.0.0.1:8080", `"$FN_RELAY_URL"'`, "http://127.0.0.1:8080", "$FN_RELAY_URL").Replace(overHTTP))
 	if len(settles) != 0 {
 		t.Fatalf("the session has fewer sleeps than the test knows:\n%s", script.String())
 	}
@@ -99,7 +184,11 @@ settle() {
 	if err := sh.Run(); err != nil {
 		t.Fatalf("the session: %v\n%s\n%s\nscript:\n%s", err, stdout.String(), stderr.String(), script.String())
 	}
-	out := stdout.String()
+	out, httpOut, ok := strings.Cut(stdout.String(), httpMark+"\n")
+	if !ok {
+		t.Fatalf("the curl session never ran:\n%s", stdout.String())
+	}
+	sameAnswers(t, answers, httpOut)
 	for _, want := range []string{
 		`"deliveries":[{"device":"phone","seq":1}]}`,
 		`"from":"laptop",`,
