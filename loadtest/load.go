@@ -515,14 +515,23 @@ type counts struct {
 	cursorAhead, resyncs int
 }
 
+// requestTimeout bounds the load's every request. Never shorter than a
+// held poll plus slack: a client timeout that cuts a held poll would be
+// counted against the relay. With it set, the client package adds no
+// shorter bound of its own. None with streams: a stream is one request
+// for minutes, which a Timeout would cut; the client package then bounds
+// every other request itself, and a stream by its silence.
+func requestTimeout(cfg *config) time.Duration {
+	if cfg.stream {
+		return 0
+	}
+	return time.Duration(cfg.wait+30) * time.Second
+}
+
 func newRunner(cfg *config, urls []string, key ed25519.PrivateKey, meter relayMeter, logger *slog.Logger) (*runner, error) {
 	sendLimit := max(1024, cfg.pairs+64)
 	tr := newTransport(cfg.pairs+sendLimit+64, cfg.sourceAddrs)
-	// Never shorter than a held poll plus slack: a client timeout that cuts
-	// a held poll would be counted against the relay. With it set, the
-	// client package adds no shorter bound of its own: this one bounds
-	// every request.
-	hc := &http.Client{Transport: tr, Timeout: time.Duration(cfg.wait+30) * time.Second}
+	hc := &http.Client{Transport: tr, Timeout: requestTimeout(cfg)}
 	r := &runner{
 		cfg:     cfg,
 		logger:  logger,

@@ -82,3 +82,15 @@ func TestProgressLatencies(t *testing.T) {
 		t.Errorf("no samples: %q %q", p50, p99)
 	}
 }
+
+// TestRequestTimeoutStreams: a stream run's requests have no client
+// Timeout, which would cut every stream at it (seen: all 5,000 streams
+// cut together 50 s into a run); a poll run's outlasts a held poll.
+func TestRequestTimeoutStreams(t *testing.T) {
+	if d := requestTimeout(&config{wait: 20, stream: true}); d != 0 {
+		t.Errorf("stream run: timeout %v, want none", d)
+	}
+	if d := requestTimeout(&config{wait: 20}); d <= 20*time.Second {
+		t.Errorf("poll run: timeout %v, not above the 20 s wait", d)
+	}
+}
