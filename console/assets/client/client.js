@@ -2,7 +2,8 @@ import { Backoff, MAX_RETRY_AFTER_SECONDS, sleep, timerMs } from "./backoff.js";
 import { decodeBase64, encodeBase64, encodeBase64URL } from "./base64.js";
 import { FixedToken, UnauthorizedError } from "./credentials.js";
 import { MemoryCursorStore } from "./cursor.js";
-import { NoAnswerError, RelayError, abortError, retryable } from "./errors.js";
+import { NoAnswerError, RelayError, StreamUnavailableError, abortError, retryable } from "./errors.js";
+import { RelayStream } from "./stream.js";
 /** How long listen's polls are held by default, in seconds. */
 export const DEFAULT_WAIT = 20;
 /**
@@ -17,6 +18,13 @@ const POLL_MARGIN_MS = 15_000;
  * it, in base64; anything near this is not the relay's.
  */
 export const MAX_ANSWER_BYTES = 64 << 20;
+const STREAM_READY_MS = 10_000;
+const STREAM_IDLE_MS = 60_000;
+// How long listen polls after finding streams unavailable.
+const STREAM_RETRY_MS = 5 * 60_000;
+// How often a stream's position is acknowledged while envelopes come: a
+// stream acknowledges nothing itself, and the next stream's cursor does.
+const ACK_EVERY_MS = 15_000;
 /** A fresh send id: 16 random bytes in base64url. */
 export function newId() {
     return encodeBase64URL(crypto.getRandomValues(new Uint8Array(16)));
@@ -35,6 +43,8 @@ export class RelayClient {
     requestTimeoutMs;
     maxBackoffMs;
     log;
+    // What listen receives over now, for the state other calls report.
+    transport;
     constructor(opts) {
         this.url = opts.url.replace(/\/+$/, "");
         const token = opts.token?.trim() ?? "";
@@ -187,30 +197,141 @@ export class RelayClient {
         await this.request("POST", "/v1/ack", body, 204, this.requestTimeoutMs, opts.signal);
     }
     /**
-     * The device's poll loop. It holds polls, hands each envelope to handler
-     * once, in seq order, and saves the position (cursor and store epoch)
-     * after each handler resolved, before the next envelope. Every poll
-     * carries the saved cursor, which acknowledges it, and its epoch once a
-     * relay named one; an answer with more waiting is followed at once by
-     * the next poll.
+     * Opens a stream (GET /v1/stream): what polls would answer, as events, on
+     * one request. It rejects as a poll does (a RelayError, after one renewal
+     * of refused credentials), or with StreamUnavailableError where the
+     * relay or a proxy in front of it does not stream (a 404, an answer that
+     * is not an event stream, no first event within 10 s).
+     */
+    async stream(opts = {}) {
+        let path = "/v1/stream";
+        const q = [];
+        if (opts.cursor !== undefined)
+            q.push(`cursor=${opts.cursor}`);
+        if (opts.epoch !== undefined)
+            q.push(`epoch=${encodeURIComponent(opts.epoch)}`);
+        if (q.length > 0)
+            path += "?" + q.join("&");
+        const readyMs = opts.readyTimeoutMs ?? STREAM_READY_MS;
+        const open = async (tok) => {
+            const ctl = new AbortController();
+            const onAbort = () => ctl.abort(opts.signal?.reason);
+            opts.signal?.addEventListener("abort", onAbort, { once: true });
+            const s = new RelayStream(ctl, readyMs, opts.idleTimeoutMs ?? STREAM_IDLE_MS, () => opts.signal?.removeEventListener("abort", onAbort));
+            let resp;
+            try {
+                if (opts.signal?.aborted)
+                    throw abortError(opts.signal);
+                resp = await this.fetchFn(this.url + path, {
+                    method: "GET",
+                    headers: { Authorization: `Bearer ${tok}`, Accept: "text/event-stream" },
+                    signal: ctl.signal,
+                    redirect: "error",
+                });
+            }
+            catch (e) {
+                s.close();
+                if (opts.signal?.aborted)
+                    throw abortError(opts.signal);
+                if (s.timedOut)
+                    throw new StreamUnavailableError(`GET ${path}: no answer within ${readyMs} ms`);
+                throw new NoAnswerError(`GET ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+            }
+            const type = (resp.headers.get("Content-Type") ?? "").split(";")[0].trim();
+            if (resp.status !== 200 || type !== "text/event-stream") {
+                let text = "";
+                try {
+                    text = await readAnswer(resp);
+                }
+                catch {
+                    // the status says enough
+                }
+                s.close();
+                if (resp.status === 404 || resp.status === 405 || resp.status === 200)
+                    throw new StreamUnavailableError(`GET ${path}: ${resp.status} ${type}`);
+                throw answerError(resp, text);
+            }
+            s.attach(resp.body);
+            return s;
+        };
+        const unauthorized = (e) => this.state({ kind: "unauthorized", error: e });
+        let tok;
+        try {
+            tok = await this.source.token(opts.signal);
+        }
+        catch (e) {
+            if (e instanceof UnauthorizedError)
+                unauthorized(e);
+            throw e;
+        }
+        try {
+            return await open(tok);
+        }
+        catch (e) {
+            if (!(e instanceof RelayError && e.status === 401))
+                throw e;
+            let fresh;
+            try {
+                fresh = await this.source.refused(tok, opts.signal);
+            }
+            catch (re) {
+                if (re instanceof UnauthorizedError) {
+                    unauthorized(re);
+                    throw e;
+                }
+                throw re;
+            }
+            try {
+                return await open(fresh);
+            }
+            catch (e2) {
+                if (e2 instanceof RelayError && e2.status === 401)
+                    unauthorized(e2);
+                throw e2;
+            }
+        }
+    }
+    /**
+     * The device's receive loop. It holds a stream (GET /v1/stream) or, where
+     * streams are not available (an older relay, a proxy that buffers
+     * answers: detected, and tried again every 5 minutes; or streams: false),
+     * polls. It hands each envelope to handler once, in seq order, and saves
+     * the position (cursor and store epoch) after each handler resolved,
+     * before the next envelope. Every poll and stream carries the saved
+     * cursor, which acknowledges it, and its epoch once a relay named one;
+     * while a stream is open the position is acknowledged at most every 15 s
+     * and at the relay's next keep-alive. An answer with more waiting is
+     * followed at once by the next poll; a stream that ends (its life, a
+     * drain) or is cut is opened again from the saved position.
      *
-     * It survives no answer, 429, 500 and 503 (polling again with the same
-     * cursor after a backoff that honours Retry-After), and 409 cursor_ahead:
-     * a saved cursor above the device's head or of another store epoch, as
-     * after a failover to a database that lacked the last commits, the
-     * relay's data was restored from an older backup, or the device was
-     * removed and registered again. Then it polls once without a cursor or
-     * epoch, which acknowledges nothing and starts above the cursor the relay
-     * knows, goes on from the cursor and epoch that answer names, and reports
-     * the state "resynced": nothing the relay holds is skipped. Seqs may then
-     * name other envelopes than before; an app that must not process
-     * anything twice tells repeats by from and id.
+     * It survives no answer, a cut stream, 429, 500 and 503 (trying again
+     * with the same cursor after a backoff that honours Retry-After), and
+     * 409 cursor_ahead: a saved cursor above the device's head or of another
+     * store epoch, as after a failover to a database that lacked the last
+     * commits, the relay's data was restored from an older backup, or the
+     * device was removed and registered again. Then it polls once without a
+     * cursor or epoch, which acknowledges nothing and starts above the
+     * cursor the relay knows, goes on from the cursor and epoch that answer
+     * names, and reports the state "resynced": nothing the relay holds is
+     * skipped. Seqs may then name other envelopes than before; an app that
+     * must not process anything twice tells repeats by from and id.
      *
      * Resolves when the signal aborts (also while handler runs); rejects
      * with the handler's or the cursor store's error, or with a RelayError
-     * that retrying cannot fix (400, 401, 403, 404).
+     * that retrying cannot fix (400, 401, 403, 404). Either way the state
+     * goes "stopped".
      */
     async listen(handler, opts = {}) {
+        try {
+            await this.receive(handler, opts);
+        }
+        catch (err) {
+            this.state({ kind: "stopped", error: err });
+            throw err;
+        }
+        this.state({ kind: "stopped" });
+    }
+    async receive(handler, opts) {
         const wait = opts.wait ?? DEFAULT_WAIT;
         if (!Number.isInteger(wait) || wait < 1)
             throw new Error("relay client: listen needs a wait of at least 1 s");
@@ -226,54 +347,16 @@ export class RelayClient {
         };
         const bo = new Backoff(this.maxBackoffMs);
         let ahead; // the cursor_ahead being recovered from: the next poll leaves cursor and epoch out
-        while (!signal.aborted) {
-            const recovering = ahead !== undefined;
-            let res;
-            const started = Date.now();
-            if (!recovering)
-                this.state({ kind: "waiting" });
-            try {
-                res = await this.poll(recovering
-                    ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the position right at once
-                    : { cursor: pos.cursor, epoch: pos.epoch, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) });
-            }
-            catch (err) {
-                if (signal.aborted)
-                    return;
-                if (err instanceof RelayError && err.cursorAhead && !recovering) {
-                    if (err.epoch !== undefined && pos.epoch !== undefined && err.epoch !== pos.epoch) {
-                        this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
-                    }
-                    else {
-                        this.log(`listen: cursor ${pos.cursor} is above the device's head ${err.head}; polling without it`);
-                    }
-                    ahead = err;
-                    continue;
-                }
-                if (!retryable(err))
-                    throw err;
-                const d = bo.next(err);
-                this.log(`listen: ${String(err)}; polling again in ${Math.round(d)} ms`);
-                this.state({ kind: "retrying", delayMs: d, error: err });
-                if (!(await sleep(d, signal)))
-                    return;
-                continue;
-            }
-            bo.reset();
+        let streamAgain = opts.streams === false ? Infinity : 0; // when a stream is tried (again)
+        // Hands res's envelopes over in order; false once stopped.
+        const hand = async (res, recovering) => {
             // The answer's seqs are of its epoch, so the cursors saved below are
             // too; a recovering answer names the whole position.
             if (recovering || res.epoch !== undefined)
                 pos.epoch = res.epoch;
-            if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
-                // A held poll that ends empty at once was most likely superseded by
-                // another poller of this device (a second tab): polling straight
-                // back would supersede that one in turn, and the two would spin.
-                if (!(await sleep(1000 + Math.random() * 500, signal)))
-                    return;
-            }
             for (const e of res.envelopes) {
                 if (signal.aborted)
-                    return;
+                    return false;
                 // With the cursor sent the relay never answers at or below it; a
                 // recovering answer starts wherever the relay stands.
                 if (e.seq <= pos.cursor && !recovering)
@@ -283,7 +366,7 @@ export class RelayClient {
                 }
                 catch (err) {
                     if (signal.aborted)
-                        return;
+                        return false;
                     throw new Error(`relay client: handler at seq ${e.seq}: ${String(err)}`, { cause: err });
                 }
                 pos.cursor = e.seq;
@@ -293,6 +376,136 @@ export class RelayClient {
                 pos.cursor = res.cursor;
             // A recovery without envelopes, or an epoch learned.
             await save();
+            return true;
+        };
+        // Handles a failure: false once stopped; throws what ends listen.
+        const failed = async (err, recovering) => {
+            if (signal.aborted)
+                return false;
+            if (err instanceof RelayError && err.cursorAhead && !recovering) {
+                if (err.epoch !== undefined && pos.epoch !== undefined && err.epoch !== pos.epoch) {
+                    this.log(`listen: the store's epoch is ${err.epoch}, not ${String(pos.epoch)} of cursor ${pos.cursor}; polling without them`);
+                }
+                else {
+                    this.log(`listen: cursor ${pos.cursor} is above the device's head ${err.head}; polling without it`);
+                }
+                ahead = err;
+                return true;
+            }
+            if (!retryable(err))
+                throw err;
+            const d = bo.next(err);
+            this.log(`listen: ${String(err)}; trying again in ${Math.round(d)} ms`);
+            this.state({ kind: "retrying", delayMs: d, error: err });
+            return sleep(d, signal);
+        };
+        // One stream, until it ends; false once stopped.
+        const streamOnce = async () => {
+            this.transport = "stream";
+            this.state({ kind: "connecting", transport: "stream" });
+            let s;
+            try {
+                s = await this.stream({ cursor: pos.cursor, epoch: pos.epoch, signal, ...(opts.streamReadyTimeoutMs !== undefined && { readyTimeoutMs: opts.streamReadyTimeoutMs }) });
+            }
+            catch (err) {
+                if (err instanceof StreamUnavailableError) {
+                    this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
+                    streamAgain = Date.now() + STREAM_RETRY_MS;
+                    return true;
+                }
+                return failed(err, false);
+            }
+            let acked = { ...pos };
+            let ackedAt = Date.now();
+            const ack = async () => {
+                if ((acked.cursor === pos.cursor && acked.epoch === pos.epoch) || signal.aborted)
+                    return;
+                const at = { ...pos };
+                try {
+                    await this.ack(at.cursor, { epoch: at.epoch, signal });
+                    acked = at;
+                    ackedAt = Date.now();
+                }
+                catch (err) {
+                    this.log(`listen: acknowledging ${at.cursor}: ${String(err)} (the next stream's cursor does)`);
+                }
+            };
+            try {
+                for (;;) {
+                    let ev;
+                    try {
+                        ev = await s.next();
+                    }
+                    catch (err) {
+                        if (err instanceof StreamUnavailableError) {
+                            this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
+                            streamAgain = Date.now() + STREAM_RETRY_MS;
+                            return true;
+                        }
+                        return failed(err, false);
+                    }
+                    switch (ev.kind) {
+                        case "ready":
+                            bo.reset();
+                            this.state({ kind: "connected", transport: "stream" });
+                            if (!(await hand(ev.result, false)))
+                                return false;
+                            break;
+                        case "envelopes":
+                            if (!(await hand(ev.result, false)))
+                                return false;
+                            if (Date.now() - ackedAt >= ACK_EVERY_MS)
+                                await ack();
+                            break;
+                        case "ping":
+                            await ack();
+                            break;
+                        case "end":
+                            await ack();
+                            if (ev.end.reason === "superseded")
+                                return sleep(1000 + Math.random() * 500, signal); // another tab, most likely: see the poll's pause
+                            if (ev.end.reason === "drained" || ev.end.reason === "expired")
+                                return true;
+                            return failed(ev.end.error ?? new NoAnswerError(`the stream ended: ${ev.end.reason}`), false);
+                    }
+                }
+            }
+            finally {
+                s.close();
+            }
+        };
+        while (!signal.aborted) {
+            if (ahead === undefined && Date.now() >= streamAgain) {
+                if (!(await streamOnce()))
+                    return;
+                continue;
+            }
+            const recovering = ahead !== undefined;
+            let res;
+            const started = Date.now();
+            this.transport = "poll";
+            if (!recovering)
+                this.state({ kind: "waiting", transport: "poll" });
+            try {
+                res = await this.poll(recovering
+                    ? { wait: 0, signal, ...(opts.limit !== undefined && { limit: opts.limit }) } // not held: put the position right at once
+                    : { cursor: pos.cursor, epoch: pos.epoch, wait, signal, ...(opts.limit !== undefined && { limit: opts.limit }) });
+            }
+            catch (err) {
+                if (!(await failed(err, recovering)))
+                    return;
+                continue;
+            }
+            bo.reset();
+            if (!recovering && res.envelopes.length === 0 && !res.more && Date.now() - started < Math.min(1000, (wait * 1000) / 2)) {
+                // A held poll that ends empty at once was most likely superseded by
+                // another poller of this device (a second tab): polling straight
+                // back would supersede that one in turn, and the two would spin.
+                if (!(await sleep(1000 + Math.random() * 500, signal)))
+                    return;
+            }
+            if (!(await hand(res, recovering)))
+                return;
             if (ahead !== undefined) {
                 this.log(`listen: resynchronised at cursor ${pos.cursor}, epoch ${String(pos.epoch)}`);
                 this.state({ kind: "resynced", cursor: pos.cursor, epoch: pos.epoch, error: ahead });
@@ -344,7 +557,7 @@ export class RelayClient {
                 throw e2;
             }
         }
-        this.state({ kind: "connected" });
+        this.state(this.transport === undefined ? { kind: "connected" } : { kind: "connected", transport: this.transport });
         return res;
     }
     async requestWith(tok, method, path, body, want, timeoutMs, signal) {
@@ -444,15 +657,16 @@ export function answerError(resp, text) {
     }
     return new RelayError(resp.status, body, retryAfter, text.trim().slice(0, 200));
 }
-/** Calls f on each change of kind (each retry and resync too); never lets f's throw reach the client. */
+/** Calls f on each change of kind or transport (each retry and resync too); never lets f's throw reach the client. */
 function stateReporter(f) {
     if (!f)
         return () => { };
     let last;
     return (s) => {
-        if (s.kind === last && s.kind !== "retrying" && s.kind !== "resynced")
+        const key = s.kind + ("transport" in s ? `/${s.transport}` : "");
+        if (key === last && s.kind !== "retrying" && s.kind !== "resynced")
             return;
-        last = s.kind;
+        last = key;
         try {
             f(s);
         }

@@ -71,3 +71,11 @@ export function retryable(err) {
         return err.temporary;
     return err instanceof NoAnswerError;
 }
+/**
+ * The relay (or a proxy in front of it) does not stream: GET /v1/stream is
+ * not served, its answer is not an event stream, or its first event did
+ * not come in time (a proxy that buffers answers). listen then polls.
+ */
+export class StreamUnavailableError extends Error {
+    name = "StreamUnavailableError";
+}
