@@ -27,6 +27,16 @@ type CredentialSource interface {
 	Refused(ctx context.Context, tok string) (string, error)
 }
 
+// RenewalDue is a CredentialSource that can tell when its token is due for
+// renewal. A stream is authorized once, when it opens: Listen ends one
+// whose token is due (it looks at each event, and the relay pings at
+// least every 25 s) and opens the next, renewing, so that a device that
+// only streams renews before its token expires, as one that polls does.
+type RenewalDue interface {
+	// Due reports whether the next Token would renew.
+	Due() bool
+}
+
 // ErrUnauthorized is what a call's error wraps when the device's
 // credentials are refused and no renewal can help: the device must be
 // paired again (or given a new token). When the relay refused the call's

@@ -306,7 +306,18 @@ func (l *listener) stream(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: it ended with %q", ErrStreamCut, ev.End.Reason)
 		}
+		if l.tokenDue() {
+			// The next stream renews as it opens.
+			c.logf("listen: the token is due for renewal; opening the stream again")
+			return nil
+		}
 	}
+}
+
+// tokenDue reports whether the credentials are due for renewal.
+func (l *listener) tokenDue() bool {
+	d, ok := l.c.creds.(RenewalDue)
+	return ok && d.Due()
 }
 
 // spinFloor is how soon an empty answer to a poll held for wait seconds

@@ -345,10 +345,14 @@ func testReplayedRenewalSecretRevokes(t *testing.T, mode pairtest.Mode) {
 	store := &client.MemoryStore{}
 	var st states
 	unauth := make(chan struct{}, 10)
+	streaming := make(chan struct{}, 10)
 	phone, _ := paired(t, cr, "phone", store, client.WithWait(1), client.WithStateFunc(func(s client.State) {
 		st.add(s)
-		if s.Kind == client.StateUnauthorized {
+		switch {
+		case s.Kind == client.StateUnauthorized:
 			unauth <- struct{}{}
+		case s.Kind == client.StateConnected && s.Transport == client.TransportStream:
+			streaming <- struct{}{}
 		}
 	}))
 	first, _ := store.Load(context.Background())
@@ -375,7 +379,21 @@ func testReplayedRenewalSecretRevokes(t *testing.T, mode pairtest.Mode) {
 	go func() {
 		done <- phone.Listen(ctx, &client.MemoryCursor{}, func(context.Context, client.Envelope) error { return nil })
 	}()
-	clock.Advance(80 * time.Second) // the phone's renewal is due
+	select {
+	case <-streaming:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no stream; states %v", st.kinds())
+	}
+	// The phone's renewal is due; its open stream notices at its next
+	// event, ends, and renews as the next opens.
+	clock.Advance(80 * time.Second)
+	laptop, err := client.New(cr.URL, cr.Mint("laptop", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := laptop.Send(ctx, "wake", []string{"phone"}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-unauth:
 	case <-time.After(10 * time.Second):

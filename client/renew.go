@@ -107,6 +107,16 @@ func (r *Renewing) Token(ctx context.Context) (string, error) {
 	return r.fresh(ctx, "")
 }
 
+// Due reports whether the next Token renews: the token is due and no
+// renewal failed a moment ago (one that did is tried again after a pause,
+// not at every call).
+func (r *Renewing) Due() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	return r.refused == nil && !now.Before(r.renewAt()) && !now.Before(r.retryAt)
+}
+
 // Refused renews the credentials after the relay refused tok, unless they
 // were renewed since tok was handed out.
 func (r *Renewing) Refused(ctx context.Context, tok string) (string, error) {
