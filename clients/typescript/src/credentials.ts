@@ -16,6 +16,13 @@ export interface CredentialSource {
    * can help).
    */
   refused(tok: string, signal?: AbortSignal): Promise<string>;
+  /**
+   * Whether the next token() renews. A stream is authorized once, when it
+   * opens: listen ends one whose token is due (it asks at each event; the
+   * relay pings at least every 25 s) and opens the next, renewing, so
+   * that a device that only streams renews before its token expires.
+   */
+  due?(): boolean;
 }
 
 /**
@@ -224,6 +231,12 @@ export class RenewingCredentials implements CredentialSource {
 
   refused(tok: string, signal?: AbortSignal): Promise<string> {
     return this.fresh(tok, signal);
+  }
+
+  /** Whether the next token() renews: due, and no renewal failed a moment ago. */
+  due(): boolean {
+    const now = this.now();
+    return this.finalError === undefined && now >= this.renewAt() && now >= this.retryAt;
   }
 
   private renewAt(): number {

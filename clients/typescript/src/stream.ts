@@ -61,9 +61,9 @@ export class RelayStream {
   }
 
   /** Ends the stream. */
-  close(): void {
+  close(reason?: unknown): void {
     clearTimeout(this.timer);
-    this.ctl.abort();
+    this.ctl.abort(reason);
     this.reader?.cancel().catch(() => {});
     this.done();
   }
