@@ -215,9 +215,12 @@ export class RelayClient {
         const readyMs = opts.readyTimeoutMs ?? STREAM_READY_MS;
         const open = async (tok) => {
             const ctl = new AbortController();
-            const onAbort = () => ctl.abort(opts.signal?.reason);
-            opts.signal?.addEventListener("abort", onAbort, { once: true });
+            // Closing cancels the body's reader too: aborting the fetch alone
+            // does not always end a body already being read (seen with Node
+            // 20's fetch: pings kept coming after the abort).
+            const onAbort = () => s.close(opts.signal?.reason);
             const s = new RelayStream(ctl, readyMs, opts.idleTimeoutMs ?? STREAM_IDLE_MS, () => opts.signal?.removeEventListener("abort", onAbort));
+            opts.signal?.addEventListener("abort", onAbort, { once: true });
             let resp;
             try {
                 if (opts.signal?.aborted)
@@ -467,6 +470,13 @@ export class RelayClient {
                             if (ev.end.reason === "drained" || ev.end.reason === "expired")
                                 return true;
                             return failed(ev.end.error ?? new NoAnswerError(`the stream ended: ${ev.end.reason}`), false);
+                    }
+                    if (signal.aborted)
+                        return false;
+                    if (this.source.due?.()) {
+                        // The next stream renews as it opens.
+                        this.log("listen: the token is due for renewal; opening the stream again");
+                        return true;
                     }
                 }
             }

@@ -151,6 +151,11 @@ export class RenewingCredentials {
     refused(tok, signal) {
         return this.fresh(tok, signal);
     }
+    /** Whether the next token() renews: due, and no renewal failed a moment ago. */
+    due() {
+        const now = this.now();
+        return this.finalError === undefined && now >= this.renewAt() && now >= this.retryAt;
+    }
     renewAt() {
         const end = this.obtained && this.life > 0 ? this.obtained + this.life : Date.parse(this.cur.access_expires_at);
         return end - this.lead;

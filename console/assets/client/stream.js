@@ -36,9 +36,9 @@ export class RelayStream {
         this.reader = body.getReader();
     }
     /** Ends the stream. */
-    close() {
+    close(reason) {
         clearTimeout(this.timer);
-        this.ctl.abort();
+        this.ctl.abort(reason);
         this.reader?.cancel().catch(() => { });
         this.done();
     }
