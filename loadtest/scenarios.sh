@@ -51,7 +51,10 @@ fi
 # succeed in both. The 20,000-pair replica run holds 10,000 polls on
 # each of two relays, every send crossing relays. The failover run puts the
 # relay on a pg_auto_failover formation (synchronous replication) and kills
-# its primary 20 s in; it needs pg_autoctl.
+# its primary 20 s in; it needs pg_autoctl. The stream runs hold
+# GET /v1/stream instead of polls and acknowledge as the relay's clients
+# do (at most every 15 s while envelopes come, and at the next ping); the
+# stream crash run has the relay killed under open streams.
 scenarios=(
 	"sqlite-200x50|-store sqlite -pairs 200 -rate 50"
 	"sqlite-500x100|-store sqlite -pairs 500 -rate 100"
@@ -70,10 +73,12 @@ scenarios=(
 	"pg-5000x500|-store postgres -pairs 5000 -rate 500"
 	"pg-10000x1000|-store postgres -pairs 10000 -rate 1000"
 	"pg-herd-5000x500|-store postgres -pairs 5000 -rate 500 -herd"
+	"pg-herd-5000x500-stream|-store postgres -pairs 5000 -rate 500 -herd -stream"
 	"pg-herd-10000x1000|-store postgres -pairs 10000 -rate 1000 -herd"
 	"pg-idle-1000x10|-store postgres -pairs 1000 -rate 10"
 	"pg-idle-10000x10|-store postgres -pairs 10000 -rate 10"
 	"pg-crash-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
+	"pg-crash-stream-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -stream"
 	"pg-2replicas-2000x150|-store postgres -replicas 2 -pairs 2000 -rate 150"
 	"pg-failover-sync-1000x100|-failover sync -pairs 1000 -rate 100"
 )
