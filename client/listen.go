@@ -23,7 +23,7 @@ type Handler func(ctx context.Context, e Envelope) error
 // cursors after each h returned nil, before the next envelope. Every poll
 // and stream carries the saved cursor, which acknowledges it, and its
 // epoch once a relay named one; while a stream is open, the position is
-// acknowledged at most every 15 s and at the relay's next keep-alive. An
+// acknowledged lazily (ackEvery, ackSeqs) and when the stream ends. An
 // answer with more waiting is followed at once by the next poll. A stream
 // that ends (its life, a drain) or is cut is opened again from the saved
 // position.
@@ -105,12 +105,17 @@ type listener struct {
 // before it tries one again.
 const streamRetry = 5 * time.Minute
 
-// ackEvery is how often a stream's position is acknowledged while
-// envelopes come: at most once so often, and at the next ping after the
-// last. A stream acknowledges nothing itself; a lazy ack costs the relay
-// little (it keeps what is unacknowledged a little longer) and saves a
-// request per envelope.
-const ackEvery = 15 * time.Second
+// A stream acknowledges nothing itself: Listen acknowledges its position
+// at an event or ping once ackEvery has passed since the last ack, at once
+// when ackSeqs seqs are unacknowledged, and when the stream ends; the next
+// stream's cursor acknowledges the rest. A lazy ack costs the relay little
+// (it keeps what is unacknowledged a little longer, well inside its
+// pending limits) and saves it a request for nearly every envelope of a
+// device that receives a few a minute.
+const (
+	ackEvery = 60 * time.Second
+	ackSeqs  = 1000
+)
 
 func (l *listener) save(ctx context.Context) error {
 	if l.pos == l.saved {
@@ -287,11 +292,13 @@ func (l *listener) stream(ctx context.Context) error {
 			if err := l.hand(ctx, ev.Result, false); err != nil {
 				return err
 			}
-			if time.Since(ackedAt) >= ackEvery {
+			if time.Since(ackedAt) >= ackEvery || l.pos.Cursor-acked.Cursor >= ackSeqs {
 				ack()
 			}
 		case "ping":
-			ack()
+			if time.Since(ackedAt) >= ackEvery {
+				ack()
+			}
 		case "end":
 			switch ev.End.Reason {
 			case "superseded":

@@ -179,7 +179,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*seconds)(&c.failoverAt), "failover-at", "with -failover, when the primary is killed after the first send (default a third of -duration)")
 	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
-	fs.BoolVar(&c.stream, "stream", false, "recipients hold streams (GET /v1/stream) instead of polls, acknowledging as the relay's own clients do: at most every 15 s while envelopes come, at the next ping, and by the next stream's cursor (with -ack explicit: each batch)")
+	fs.BoolVar(&c.stream, "stream", false, "recipients hold streams (GET /v1/stream) instead of polls, acknowledging as the relay's own clients do: at an event or ping once a minute has passed since the last ack, at once when 1,000 seqs are unacknowledged, and by the next stream's cursor (with -ack explicit: each batch)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
 	fs.StringVar(&c.hostileKinds, "hostile-kinds", "all", "with -hostile, the kinds of request: all, or pairing (only those against the pairing endpoints, which take no token)")
 	fs.IntVar(&c.renewers, "renewers", 0, "devices paired through the relay's own pairing before the run, each renewing its credentials every 5 s throughout it, from the hostile connections' source addresses: every renewal must succeed (needs a relay that holds the issuer key)")

@@ -1105,10 +1105,15 @@ func (r *runner) pollOnce(ctx context.Context, p *pair, wait int) (more bool, er
 	return resp.More, nil
 }
 
-// streamAckEvery is how often a stream's position is acknowledged while
-// envelopes come, as the relay's own clients do; the next ping and the
-// next stream's cursor acknowledge the rest.
-const streamAckEvery = 15 * time.Second
+// streamAckEvery and streamAckSeqs are when a stream's position is
+// acknowledged, as the relay's own clients do: at an event or ping once
+// streamAckEvery has passed since the last ack, at once when
+// streamAckSeqs seqs are unacknowledged; the next stream's cursor
+// acknowledges the rest.
+const (
+	streamAckEvery = 60 * time.Second
+	streamAckSeqs  = 1000
+)
 
 // streamLoop holds the recipient's streams, one after another, until ctx
 // ends.
@@ -1123,7 +1128,7 @@ func (r *runner) streamLoop(ctx context.Context, p *pair, first time.Time) {
 
 // streamOnce holds one stream with the recipient's latest life and
 // records each batch it carries, as pollOnce records a poll's answer.
-// It acknowledges lazily (streamAckEvery, and at a ping), or each batch
+// It acknowledges lazily (streamAckEvery, streamAckSeqs), or each batch
 // with -ack explicit.
 func (r *runner) streamOnce(ctx context.Context, p *pair) error {
 	l, li := r.current(p)
@@ -1172,11 +1177,13 @@ func (r *runner) streamOnce(ctx context.Context, p *pair) error {
 			if len(ev.Result.Envelopes) > 0 && r.crashClient(ctx, p) {
 				return nil
 			}
-			if r.cfg.ackMode == "explicit" || time.Since(ackedAt) >= streamAckEvery {
+			if r.cfg.ackMode == "explicit" || time.Since(ackedAt) >= streamAckEvery || p.cursor-acked >= streamAckSeqs {
 				ack()
 			}
 		case "ping":
-			ack()
+			if time.Since(ackedAt) >= streamAckEvery {
+				ack()
+			}
 		case "end":
 			switch ev.End.Reason {
 			case "superseded", "drained", "expired":

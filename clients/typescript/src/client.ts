@@ -138,9 +138,12 @@ const STREAM_READY_MS = 10_000;
 const STREAM_IDLE_MS = 60_000;
 // How long listen polls after finding streams unavailable.
 const STREAM_RETRY_MS = 5 * 60_000;
-// How often a stream's position is acknowledged while envelopes come: a
-// stream acknowledges nothing itself, and the next stream's cursor does.
-const ACK_EVERY_MS = 15_000;
+// A stream acknowledges nothing itself: listen acknowledges its position
+// at an event or ping once ACK_EVERY_MS has passed since the last ack, at
+// once when ACK_SEQS seqs are unacknowledged, and when the stream ends;
+// the next stream's cursor acknowledges the rest (docs/PROTOCOL.md).
+const ACK_EVERY_MS = 60_000;
+const ACK_SEQS = 1000;
 
 /** A fresh send id: 16 random bytes in base64url. */
 export function newId(): string {
@@ -405,8 +408,9 @@ export class RelayClient {
    * the position (cursor and store epoch) after each handler resolved,
    * before the next envelope. Every poll and stream carries the saved
    * cursor, which acknowledges it, and its epoch once a relay named one;
-   * while a stream is open the position is acknowledged at most every 15 s
-   * and at the relay's next keep-alive. An answer with more waiting is
+   * while a stream is open the position is acknowledged at an event or
+   * ping once a minute has passed since the last ack, at once when 1,000
+   * seqs are unacknowledged, and when the stream ends. An answer with more waiting is
    * followed at once by the next poll; a stream that ends (its life, a
    * drain) or is cut is opened again from the saved position.
    *
@@ -546,10 +550,10 @@ export class RelayClient {
               break;
             case "envelopes":
               if (!(await hand(ev.result, false))) return false;
-              if (Date.now() - ackedAt >= ACK_EVERY_MS) await ack();
+              if (Date.now() - ackedAt >= ACK_EVERY_MS || pos.cursor - acked.cursor >= ACK_SEQS) await ack();
               break;
             case "ping":
-              await ack();
+              if (Date.now() - ackedAt >= ACK_EVERY_MS) await ack();
               break;
             case "end":
               await ack();
