@@ -50,11 +50,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sit, err := loadSitting(sittingDir(*evidence))
+	if err != nil {
+		return err
+	}
 	old, err := os.ReadFile(*doc)
 	if err != nil {
 		return fmt.Errorf("read page: %w", err)
 	}
-	updated, err := splice(old, render(reports))
+	updated, err := splice(old, render(reports, sit))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *doc, err)
 	}

@@ -29,7 +29,11 @@ func TestPageMatchesEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := splice(old, render(entries))
+	sit, err := loadSitting(sittingDir(filepath.Join(root, "docs", "evidence")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := splice(old, render(entries, sit))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ var originals = []original{
 
 // render writes the generated section: every table on the page that
 // carries a measured figure.
-func render(entries []entry) []byte {
+func render(entries []entry, s sitting) []byte {
 	var b strings.Builder
 	if len(entries) == 0 {
 		b.WriteString("No reports in docs/evidence yet. `loadtest/scenarios.sh` runs the scenarios and writes them.\n")
@@ -76,6 +76,7 @@ func render(entries []entry) []byte {
 		"Refused", "Errors", "Started → returned p99", "Send request p50 / p99", "Tester CPU", "Date"},
 		"llllrrrrllrrrl", rows)
 
+	renderSitting(&b, entries, s)
 	renderNew(&b, entries)
 	renderFailover(&b, entries)
 
