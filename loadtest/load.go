@@ -191,7 +191,7 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 				logger.Info("relay memory capped", "limit", cfg.relayMemory, "applied", applied)
 			}
 		}
-		meter = &procMeter{st: st}
+		meter = &procMeter{st: st, git: binaryGit(bin)}
 	} else {
 		rep.Config.Target = strings.Join(cfg.urls, ",")
 		key, _ = issuerKey(cfg.issuerSeed) // validated with the config

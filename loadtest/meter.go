@@ -23,7 +23,8 @@ type relayMeter interface {
 // procMeter reads /proc of the relay processes this tester started. A
 // relay the tester crashed and restarted counts with every process it had.
 type procMeter struct {
-	st *stack
+	st  *stack
+	git *report.Git // the relay binary's commit, or nil
 }
 
 func (m *procMeter) cpu(context.Context) (time.Duration, error) {
@@ -32,7 +33,7 @@ func (m *procMeter) cpu(context.Context) (time.Duration, error) {
 }
 
 func (m *procMeter) read(ctx context.Context, cpuStart time.Duration) report.Relay {
-	out := report.Relay{Source: "proc", Processes: m.st.replicas()}
+	out := report.Relay{Source: "proc", Processes: m.st.replicas(), Git: m.git}
 	// The peak is each relay's own peak resident set (VmHWM, so nothing is
 	// missed between samples), summed.
 	if c, peak, _, err := m.st.usage(); err == nil {

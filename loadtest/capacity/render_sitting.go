@@ -95,7 +95,11 @@ func renderSitting(b *strings.Builder, entries []entry, s sitting) {
 	var rows [][]string
 	relayRow := func(name, transport string, r *report.Report) {
 		cpu := perMessage(r.Relay.CPUSeconds, r.Delivered)
-		rows = append(rows, []string{name, transport, commit(r.Git), count(r.Delivered), count(r.Lost), count(r.Duplicates),
+		built := r.Git // the tester's tree, which built the relay
+		if r.Relay.Git != nil {
+			built = *r.Relay.Git
+		}
+		rows = append(rows, []string{name, transport, commit(built), count(r.Delivered), count(r.Lost), count(r.Duplicates),
 			fmt.Sprintf("%.1f s", r.Relay.CPUSeconds), micros(cpu), ratio(cpu, base),
 			report.FormatMS(r.LatencyMS.StartedToReturned.P99), report.FormatBytes(r.Relay.PeakRSSBytes), r.Date.UTC().Format("2006-01-02 15:04")})
 	}
@@ -114,7 +118,7 @@ func renderSitting(b *strings.Builder, entries []entry, s sitting) {
 			count(p.Delivered), count(p.Lost), count(p.Duplicates), fmt.Sprintf("%.1f s", p.CPUSeconds), micros(cpu), ratio(cpu, base),
 			fmt.Sprintf("%.1f ms", p.P99MS), report.FormatBytes(p.PeakRSSBytes), p.Date.UTC().Format("2006-01-02 15:04")})
 	}
-	table(b, []string{"Run", "Receivers hold", "Commit", "Delivered", "Lost", "Dup", "CPU", "CPU per message", "× polls", "p99", "Peak RSS", "Started"},
+	table(b, []string{"Run", "Receivers hold", "Server's commit", "Delivered", "Lost", "Dup", "CPU", "CPU per message", "× polls", "p99", "Peak RSS", "Started"},
 		"lllrrrrrrrrl", rows)
 }
 

@@ -390,6 +390,10 @@ type Relay struct {
 	// PeakRSSBytes is the sum of each process's peak (VmHWM), or the
 	// highest sampled resident memory when scraped.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// Git is the commit the relay binary the tester started was built
+	// from, as the Go toolchain stamped it: another than the report's own
+	// with -relay-bin. Nil when unknown.
+	Git *Git `json:"git,omitempty"`
 }
 
 // Process is one process's own cost.
