@@ -39,6 +39,7 @@ type config struct {
 	allowRemote bool
 	metricsURLs []string
 	relayBin    string
+	relayCommit string // the commit relayBin was built from, as told
 	src         string
 	progress    time.Duration
 	late        time.Duration
@@ -99,6 +100,7 @@ var envFor = map[string]string{
 	"allow-remote":  "LOAD_ALLOW_REMOTE",
 	"metrics-url":   "LOAD_METRICS_URL",
 	"relay-bin":     "LOAD_RELAY_BIN",
+	"relay-commit":  "LOAD_RELAY_COMMIT",
 	"src":           "LOAD_SRC",
 	"progress":      "LOAD_PROGRESS",
 	"crash":         "LOAD_CRASH",
@@ -171,6 +173,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.allowRemote, "allow-remote", false, "allow a -url that is not a loopback address")
 	fs.StringVar(&metrics, "metrics-url", "", "relay metrics URL(s), comma-separated, for CPU and memory of a relay this tool did not start")
 	fs.StringVar(&c.relayBin, "relay-bin", "", "use this relay binary instead of building one")
+	fs.StringVar(&c.relayCommit, "relay-commit", "", "with -relay-bin: the commit it was built from, for the report (default: the checkout's)")
 	fs.StringVar(&c.src, "src", "", "relay checkout to build and to describe in the report (default: the module around the working directory)")
 	fs.Var((*seconds)(&c.progress), "progress", "interval of the progress line on stderr")
 	fs.Var((*durationList)(&c.crashes), "crash", "kill the throwaway relays with SIGKILL this long after the first send and restart them on the same data and port (repeatable, or a comma-separated list)")

@@ -191,7 +191,11 @@ func load(ctx context.Context, cfg *config, stdout, stderr io.Writer) (err error
 				logger.Info("relay memory capped", "limit", cfg.relayMemory, "applied", applied)
 			}
 		}
-		meter = &procMeter{st: st, git: binaryGit(bin)}
+		pm := &procMeter{st: st}
+		if cfg.relayCommit != "" {
+			pm.git = &report.Git{Commit: cfg.relayCommit}
+		}
+		meter = pm
 	} else {
 		rep.Config.Target = strings.Join(cfg.urls, ",")
 		key, _ = issuerKey(cfg.issuerSeed) // validated with the config

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"debug/buildinfo"
 	"fmt"
 	"io"
 	"math"
@@ -259,26 +258,4 @@ func parseGauge(r io.Reader, name string) (float64, error) {
 
 func round3(v float64) float64 {
 	return math.Round(v*1000) / 1000
-}
-
-// binaryGit is the commit a Go binary was built from, as the toolchain
-// stamped it (vcs.revision, vcs.modified), or nil when it says nothing.
-func binaryGit(path string) *report.Git {
-	bi, err := buildinfo.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	var g report.Git
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			g.Commit = s.Value
-		case "vcs.modified":
-			g.Dirty = s.Value == "true"
-		}
-	}
-	if g.Commit == "" {
-		return nil
-	}
-	return &g
 }

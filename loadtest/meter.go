@@ -24,7 +24,7 @@ type relayMeter interface {
 // relay the tester crashed and restarted counts with every process it had.
 type procMeter struct {
 	st  *stack
-	git *report.Git // the relay binary's commit, or nil
+	git *report.Git // the relay binary's commit when not the checkout's
 }
 
 func (m *procMeter) cpu(context.Context) (time.Duration, error) {

@@ -36,7 +36,7 @@ go build -o "$bin/centrifugo-driver" ./loadtest/centrifugo
 
 herd=(-store postgres -pairs 5000 -rate 500 -herd -duration 60s -wait 20)
 echo "== polls, relay of $before" >&2
-"$bin/loadtest" -relay-bin "$bin/relay-before" "${herd[@]}" \
+"$bin/loadtest" -relay-bin "$bin/relay-before" -relay-commit "$(git rev-parse "$before")" "${herd[@]}" \
 	-name "pg-herd-5000x500-$before" -out "$out/pg-herd-5000x500-$before.json"
 loadtest/scenarios.sh pg-herd-5000x500 pg-herd-5000x500-stream
 echo "== Centrifugo $cf_commit" >&2

@@ -391,8 +391,7 @@ type Relay struct {
 	// highest sampled resident memory when scraped.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 	// Git is the commit the relay binary the tester started was built
-	// from, as the Go toolchain stamped it: another than the report's own
-	// with -relay-bin. Nil when unknown.
+	// from, when -relay-commit says it is another than the report's own.
 	Git *Git `json:"git,omitempty"`
 }
 
