@@ -114,6 +114,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 		TrustedProxies:      c.TrustedProxies,
 		CORSOrigins:         c.CORSOrigins,
 		Console:             c.Console,
+		StreamLife:          c.StreamLife,
 
 		AnswerTimeout:             c.AnswerTimeout,
 		AnswerMinRate:             c.AnswerMinRate,
