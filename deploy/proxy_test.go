@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/console"
 	"github.com/flamenet/relay/internal/servicetest"
@@ -63,6 +64,22 @@ func TestProxiesInFront(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds a 60 s poll")
 	}
+	bins := installedProxies(t)
+	relayBin := servicetest.Relay(t)
+	for _, p := range frontProxies {
+		t.Run(p.name, func(t *testing.T) {
+			if bins[p.name] == "" {
+				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
+			}
+			t.Parallel()
+			testFrontProxy(t, p, bins[p.name], relayBin)
+		})
+	}
+}
+
+// installedProxies are the proxies' binaries by name; the test skips when
+// none is installed.
+func installedProxies(t *testing.T) map[string]string {
 	bins := map[string]string{}
 	for _, p := range frontProxies {
 		path, err := exec.LookPath(p.binary)
@@ -77,45 +94,11 @@ func TestProxiesInFront(t *testing.T) {
 	if len(bins) == 0 {
 		t.Skip("neither caddy nor nginx is installed (apt-get install caddy nginx)")
 	}
-	relayBin := servicetest.Relay(t)
-	for _, p := range frontProxies {
-		t.Run(p.name, func(t *testing.T) {
-			if bins[p.name] == "" {
-				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
-			}
-			t.Parallel()
-			testFrontProxy(t, p, bins[p.name], relayBin)
-		})
-	}
+	return bins
 }
 
 func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
-	dir := t.TempDir()
-	rl := startRelay(t, relayBin, dir)
-	// Between the proxy and the relay, to count the proxy's connections.
-	counter := servicetest.NewProxy(t, rl.addr)
-	certFile, keyFile, roots := selfSigned(t, dir)
-	listen := freePort(t)
-	cmd := p.start(t, bin, dir, listen, counter.Addr, certFile, keyFile)
-	stopAtEnd(t, cmd, p.name)
-
-	// The client comes from 127.0.0.2, so that its address differs from
-	// the proxy's (127.0.0.1), which the relay trusts.
-	client := &http.Client{Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: roots},
-		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
-		ForceAttemptHTTP2: true,
-	}}
-	t.Cleanup(client.CloseIdleConnections)
-	base := "https://" + listen
-	eventuallyWithin(t, 20*time.Second, p.name+" serving TLS", func() bool {
-		r, err := client.Get(base + "/live")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	})
+	rl, counter, client, base := startFront(t, p, bin, relayBin)
 
 	phone, tablet, laptop := rl.token(t, "phone"), rl.token(t, "tablet"), rl.token(t, "laptop")
 	before := counter.Accepted()
@@ -206,6 +189,39 @@ func testFrontProxy(t *testing.T, p frontProxy, bin, relayBin string) {
 	}
 }
 
+// startFront runs the relay and p in front of it, and returns the relay,
+// the connection counter between the two, and a client of the proxy's
+// base URL that trusts its certificate.
+func startFront(t *testing.T, p frontProxy, bin, relayBin string) (*relayProc, *servicetest.Proxy, *http.Client, string) {
+	dir := t.TempDir()
+	rl := startRelay(t, relayBin, dir)
+	// Between the proxy and the relay, to count the proxy's connections.
+	counter := servicetest.NewProxy(t, rl.addr)
+	certFile, keyFile, roots := selfSigned(t, dir)
+	listen := freePort(t)
+	cmd := p.start(t, bin, dir, listen, counter.Addr, certFile, keyFile)
+	stopAtEnd(t, cmd, p.name)
+
+	// The client comes from 127.0.0.2, so that its address differs from
+	// the proxy's (127.0.0.1), which the relay trusts.
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: roots},
+		DialContext:       (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext,
+		ForceAttemptHTTP2: true,
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	base := "https://" + listen
+	eventuallyWithin(t, 20*time.Second, p.name+" serving TLS", func() bool {
+		r, err := client.Get(base + "/live")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+	return rl, counter, client, base
+}
+
 // checkConsole: the household console (FN_CONSOLE) works through the
 // proxy: its page and modules arrive with their security headers, and
 // the pairing link of an invitation made through it, and its QR code,
@@ -233,6 +249,189 @@ func checkConsole(t *testing.T, name string, client *http.Client, base, admin st
 	if r.status != http.StatusOK || !bytes.Equal(r.body, want) {
 		t.Errorf("the QR code through %s: %d %.200s", name, r.status, r.body)
 	}
+}
+
+// TestProxiesStream holds a stream (GET /v1/stream, Server-Sent Events)
+// through each sample in front of the relay: its head and ready event
+// come at once, an envelope sent through the proxy comes as an event
+// within 3 s, a keep-alive comes while it is idle, it ends with the
+// relay's end event (expired) when its token expires, and the next
+// stream, from the cursor the first reached, carries what was sent in
+// between. A proxy that buffers answers turns it red (nginx with
+// proxy_buffering on and proxy_ignore_headers X-Accel-Buffering holds
+// even the head: the client gives up after 10 s), as does one that holds
+// an event back 3 s or cuts an idle stream before its end.
+func TestProxiesStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a stream for 30 s")
+	}
+	bins := installedProxies(t)
+	relayBin := servicetest.Relay(t)
+	for _, p := range frontProxies {
+		t.Run(p.name, func(t *testing.T) {
+			if bins[p.name] == "" {
+				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
+			}
+			t.Parallel()
+			testProxyStream(t, p, bins[p.name], relayBin)
+		})
+	}
+}
+
+const (
+	// streamTokenTTL is the life of the first stream's token, and so of
+	// the stream: a stream ends when its token expires, as it does at
+	// FN_STREAM_LIFE, which takes no less than a minute. It is above the
+	// relay's longest wait for a ping (25 s), so one comes.
+	streamTokenTTL = 30 * time.Second
+	// streamPingEvery is that longest wait.
+	streamPingEvery = 25 * time.Second
+	// prompt is how soon an event comes through a proxy that passes it on
+	// as the relay writes it.
+	prompt = 3 * time.Second
+)
+
+func testProxyStream(t *testing.T, p frontProxy, bin, relayBin string) {
+	rl, _, hc, base := startFront(t, p, bin, relayBin)
+	minted := time.Now()
+	phone, laptop := rl.token(t, "phone", "-ttl", streamTokenTTL.String()), rl.token(t, "laptop")
+	for _, tok := range []string{phone, laptop} {
+		if r := do(t, hc, "POST", base+"/v1/register", tok, "", nil); r.status != http.StatusOK {
+			t.Fatalf("register through %s: %d %s", p.name, r.status, r.body)
+		}
+	}
+	head := &streamHead{RoundTripper: hc.Transport}
+	streams := &http.Client{Transport: head}
+	c, err := client.New(base, phone, client.WithHTTPClient(streams))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), streamTokenTTL+time.Minute)
+	defer cancel()
+
+	opened := time.Now()
+	s, err := c.Stream(ctx, client.StreamQuery{})
+	if err != nil {
+		t.Fatalf("opening a stream through %s: %v", p.name, err)
+	}
+	defer s.Close()
+	if head.status != http.StatusOK || !strings.HasPrefix(head.header.Get("Content-Type"), "text/event-stream") ||
+		head.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("the stream's head through %s: %d %v", p.name, head.status, head.header)
+	}
+	ready, tookReady := nextEvent(t, p.name, s, "ready", opened)
+	if ready.Result.Cursor != 0 || ready.Result.Epoch == "" || len(ready.Result.Envelopes) != 0 {
+		t.Fatalf("the ready event through %s: %+v", p.name, ready.Result)
+	}
+
+	sent := time.Now()
+	seq := sendTo(t, p.name, hc, base, laptop, "s1", "phone")
+	ev, tookSent := nextEvent(t, p.name, s, "envelopes", sent)
+	if e := ev.Result.Envelopes; len(e) != 1 || e[0].Seq != seq || e[0].ID != "s1" || string(e[0].Payload) != "hello" || ev.Result.Cursor != seq {
+		t.Fatalf("the envelopes event through %s: %+v (want s1 at seq %d)", p.name, ev.Result, seq)
+	}
+
+	// Idle to its end: a ping at least every 25 s, each passed on as it
+	// comes, then the relay's end.
+	pings, last := 0, time.Now()
+	for {
+		ev, err = s.Next()
+		if err != nil {
+			t.Fatalf("the idle stream through %s after %v, %d pings: %v (want its end when its token expires)", p.name, time.Since(opened), pings, err)
+		}
+		if gap := time.Since(last); gap > streamPingEvery+prompt {
+			t.Errorf("the idle stream through %s carried nothing for %v", p.name, gap)
+		}
+		last = time.Now()
+		if ev.Kind != "ping" {
+			break
+		}
+		pings++
+	}
+	// The token's expiry is in whole seconds.
+	life := time.Since(minted)
+	if ev.Kind != "end" || ev.End == nil || ev.End.Reason != "expired" || life < streamTokenTTL-time.Second || life > streamTokenTTL+prompt {
+		t.Fatalf("through %s %v after the token's minting: %s %+v (want the end, expired, after %v)", p.name, life, ev.Kind, ev.End, streamTokenTTL)
+	}
+	if pings == 0 {
+		t.Errorf("the idle stream through %s carried no ping in %v", p.name, life)
+	}
+
+	// Sent with no stream open: the next stream, with a fresh token, from
+	// the cursor the first reached, carries it.
+	seq2 := sendTo(t, p.name, hc, base, laptop, "s2", "phone")
+	c, err = client.New(base, rl.token(t, "phone"), client.WithHTTPClient(streams))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reopened := time.Now()
+	s2, err := c.Stream(ctx, client.StreamQuery{Cursor: seq, Epoch: ready.Result.Epoch})
+	if err != nil {
+		t.Fatalf("the next stream through %s: %v", p.name, err)
+	}
+	defer s2.Close()
+	if r, _ := nextEvent(t, p.name, s2, "ready", reopened); r.Result.Cursor != seq {
+		t.Errorf("the next stream's ready event through %s: %+v (want cursor %d)", p.name, r.Result, seq)
+	}
+	ev, tookNext := nextEvent(t, p.name, s2, "envelopes", reopened)
+	if e := ev.Result.Envelopes; len(e) != 1 || e[0].Seq != seq2 || e[0].ID != "s2" {
+		t.Errorf("the next stream's envelopes through %s: %+v (want s2 at seq %d)", p.name, ev.Result, seq2)
+	}
+	t.Logf("through %s over %s: ready after %v, the envelope %v after its send, %d pings, end %v after the token's minting, the next stream's envelope after %v",
+		p.name, head.proto, tookReady, tookSent, pings, life.Round(time.Millisecond), tookNext)
+}
+
+// streamHead records the head of the last answer to GET /v1/stream that
+// came through it, which a client.Stream does not show.
+type streamHead struct {
+	http.RoundTripper
+	status int
+	proto  string
+	header http.Header
+}
+
+func (h *streamHead) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.RoundTripper.RoundTrip(r)
+	if err == nil && r.URL.Path == "/v1/stream" {
+		h.status, h.proto, h.header = resp.StatusCode, resp.Proto, resp.Header.Clone()
+	}
+	return resp, err
+}
+
+// nextEvent reads the stream's next event other than a ping, which must
+// be kind and come within prompt of since (later: held in a buffer), and
+// returns it and how long it took.
+func nextEvent(t *testing.T, name string, s *client.Stream, kind string, since time.Time) (client.StreamEvent, time.Duration) {
+	t.Helper()
+	for {
+		ev, err := s.Next()
+		took := time.Since(since)
+		if err != nil {
+			t.Fatalf("the %s event through %s, after %v: %v", kind, name, took, err)
+		}
+		if ev.Kind == "ping" {
+			continue
+		}
+		if ev.Kind != kind {
+			t.Fatalf("through %s after %v: a %s event %+v, want %s", name, took, ev.Kind, ev, kind)
+		}
+		if took > prompt {
+			t.Errorf("the %s event came through %s after %v, want within %v: held in a buffer", kind, name, took, prompt)
+		}
+		return ev, took
+	}
+}
+
+// sendTo sends "hello" as id from tok's device to device through the
+// proxy and returns the envelope's seq for device.
+func sendTo(t *testing.T, name string, hc *http.Client, base, tok, id, device string) int64 {
+	t.Helper()
+	r := do(t, hc, "POST", base+"/v1/send", tok, `{"id":"`+id+`","to":["`+device+`"],"payload":"aGVsbG8="}`, nil)
+	var res client.SendResult
+	if r.status != http.StatusAccepted || json.Unmarshal(r.body, &res) != nil || len(res.Deliveries) != 1 || res.Deliveries[0].Device != device {
+		t.Fatalf("send through %s: %d %s", name, r.status, r.body)
+	}
+	return res.Deliveries[0].Seq
 }
 
 // startCaddy runs the Caddyfile as it is, its values given through the
