@@ -64,6 +64,12 @@ func TestProxiesInFront(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds a 60 s poll")
 	}
+	eachProxy(t, testFrontProxy)
+}
+
+// eachProxy runs test against every installed proxy of frontProxies, all
+// at once, with one relay binary.
+func eachProxy(t *testing.T, test func(t *testing.T, p frontProxy, bin, relayBin string)) {
 	bins := installedProxies(t)
 	relayBin := servicetest.Relay(t)
 	for _, p := range frontProxies {
@@ -72,7 +78,7 @@ func TestProxiesInFront(t *testing.T) {
 				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
 			}
 			t.Parallel()
-			testFrontProxy(t, p, bins[p.name], relayBin)
+			test(t, p, bins[p.name], relayBin)
 		})
 	}
 }
@@ -265,17 +271,7 @@ func TestProxiesStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds a stream for 30 s")
 	}
-	bins := installedProxies(t)
-	relayBin := servicetest.Relay(t)
-	for _, p := range frontProxies {
-		t.Run(p.name, func(t *testing.T) {
-			if bins[p.name] == "" {
-				t.Skipf("%s not installed (apt-get install %s)", p.binary, p.binary)
-			}
-			t.Parallel()
-			testProxyStream(t, p, bins[p.name], relayBin)
-		})
-	}
+	eachProxy(t, testProxyStream)
 }
 
 const (
