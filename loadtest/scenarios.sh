@@ -77,6 +77,8 @@ scenarios=(
 	"pg-herd-10000x1000|-store postgres -pairs 10000 -rate 1000 -herd"
 	"pg-idle-1000x10|-store postgres -pairs 1000 -rate 10"
 	"pg-idle-10000x10|-store postgres -pairs 10000 -rate 10"
+	"pg-idle-1000x10-stream|-store postgres -pairs 1000 -rate 10 -stream"
+	"pg-idle-10000x10-stream|-store postgres -pairs 10000 -rate 10 -stream"
 	"pg-crash-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -ack explicit"
 	"pg-crash-stream-1000x100|-store postgres -pairs 1000 -rate 100 -crash 20s,40s -stream"
 	"pg-2replicas-2000x150|-store postgres -replicas 2 -pairs 2000 -rate 150"

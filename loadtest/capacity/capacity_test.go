@@ -232,6 +232,14 @@ func newerReports() map[string]*report.Report {
 	idleSmall.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 1000, RSSBytes: 60_000_000}
 	idleLarge := sample("pg-idle-10000x10", "postgres", 10000, 10)
 	idleLarge.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 10000, RSSBytes: 420_000_000}
+	// Streams of the same populations: a slope of their own, never paired
+	// with the polls'.
+	streamSmall := sample("pg-idle-1000x10-stream", "postgres", 1000, 10)
+	streamSmall.Config.Transport = "stream"
+	streamSmall.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 1000, RSSBytes: 70_000_000}
+	streamLarge := sample("pg-idle-10000x10-stream", "postgres", 10000, 10)
+	streamLarge.Config.Transport = "stream"
+	streamLarge.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 10000, RSSBytes: 520_000_000}
 	// Alone in its group (another rate): no slope.
 	busy := sample("pg-1000x100", "postgres", 1000, 100)
 	busy.Steady = &report.Steady{FromSeconds: 30, ToSeconds: 60, Samples: 31, HeldPolls: 1000, RSSBytes: 90_000_000}
@@ -268,6 +276,7 @@ func newerReports() map[string]*report.Report {
 
 	return map[string]*report.Report{
 		"pg-idle-1000x10.json": idleSmall, "pg-idle-10000x10.json": idleLarge, "pg-1000x100.json": busy,
+		"pg-idle-1000x10-stream.json": streamSmall, "pg-idle-10000x10-stream.json": streamLarge,
 		"sqlite-crash-1000x100.json": crash, "hostile-1000x100.json": hostile, "pg-2replicas-20000x100.json": replicas,
 	}
 }
@@ -295,7 +304,9 @@ func TestRenderNewerEvidence(t *testing.T) {
 	for _, want := range []string{
 		"#### Memory per held poll",
 		// (420,000,000 - 60,000,000) / 9,000 / 1024 = 39.06 KiB
-		"| postgres | 1 | 10/s | pg-idle-1000x10, pg-idle-10000x10 | 1,000 → 10,000 | 60 MB → 420 MB | 39.1 KiB |",
+		"| postgres | 1 | 10/s | polls | pg-idle-1000x10, pg-idle-10000x10 | 1,000 → 10,000 | 60 MB → 420 MB | 39.1 KiB |",
+		// (520,000,000 - 70,000,000) / 9,000 / 1024 = 48.83 KiB
+		"| postgres | 1 | 10/s | streams | pg-idle-1000x10-stream, pg-idle-10000x10-stream | 1,000 → 10,000 | 70 MB → 520 MB | 48.8 KiB |",
 		"#### Crashes",
 		"| sqlite-crash-1000x100 | sqlite | 1 | explicit | 20.0 s, the relay, back in 312 ms; 40.0 s, the relay, back in 1.25 s | 6,000 | 6,000 | 0 | 0 | 5 | poll transport: 1000; send transport: 2 |",
 		"#### Hostile requests",

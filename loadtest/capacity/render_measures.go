@@ -16,8 +16,8 @@ import (
 func renderNew(b *strings.Builder, entries []entry) {
 	if rows := slopeRows(entries); len(rows) > 0 {
 		b.WriteString("\n#### Memory per held poll\n\n")
-		b.WriteString("Relay RSS in the second half of each run's offered window (the median of one sample a second, summed over relays), for runs that differ only in how many recipients hold polls. The slope, (RSS of the larger population − RSS of the smaller) / (difference in held polls), is what one more held poll costs; start-up memory cancels out of it, unlike in the RSS / held poll column above.\n\n")
-		table(b, []string{"Store", "Relays", "Send rate", "Runs", "Held polls", "Relay RSS", "Per extra held poll"}, "lrrlrrr", rows)
+		b.WriteString("Relay RSS in the second half of each run's offered window (the median of one sample a second, summed over relays), for runs that differ only in how many recipients hold polls (or streams). The slope, (RSS of the larger population − RSS of the smaller) / (difference in held polls), is what one more held poll costs; start-up memory cancels out of it, unlike in the RSS / held poll column above.\n\n")
+		table(b, []string{"Store", "Relays", "Send rate", "Receivers hold", "Runs", "Held", "Relay RSS", "Per extra held poll or stream"}, "lrrllrrr", rows)
 	}
 
 	var crashRows [][]string
@@ -145,8 +145,8 @@ func renderNew(b *strings.Builder, entries []entry) {
 }
 
 // slopeRows pairs runs that differ only in their population: same store,
-// relays, send rate, wait, payload, codec and herd, plain, with a steady
-// state measured. For each such group with two populations or more, the
+// relays, send rate, wait, payload, codec, herd and transport (polls or
+// streams), plain, with a steady state measured. For each such group with two populations or more, the
 // smallest and the largest give the slope.
 func slopeRows(entries []entry) [][]string {
 	type key struct {
@@ -156,6 +156,7 @@ func slopeRows(entries []entry) [][]string {
 		rate           float64
 		codec          string
 		herd           bool
+		transport      string
 	}
 	var order []key
 	groups := map[key][]entry{}
@@ -165,7 +166,7 @@ func slopeRows(entries []entry) [][]string {
 		if r.Steady == nil || r.Steady.HeldPolls <= 0 || !c.Plain() {
 			continue
 		}
-		k := key{r.Store, r.Replicas, c.WaitSeconds, c.PayloadBytes, c.Rate, c.Codec, c.Herd}
+		k := key{r.Store, r.Replicas, c.WaitSeconds, c.PayloadBytes, c.Rate, c.Codec, c.Herd, c.Transport}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -188,8 +189,12 @@ func slopeRows(entries []entry) [][]string {
 			continue
 		}
 		slope := float64(hi.r.Steady.RSSBytes-lo.r.Steady.RSSBytes) / float64(dh) / 1024
+		held := "polls"
+		if k.transport == "stream" {
+			held = "streams"
+		}
 		rows = append(rows, []string{
-			k.store, strconv.Itoa(k.replicas), rate(k.rate, 0), runName(lo) + ", " + runName(hi),
+			k.store, strconv.Itoa(k.replicas), rate(k.rate, 0), held, runName(lo) + ", " + runName(hi),
 			count(lo.r.Steady.HeldPolls) + " → " + count(hi.r.Steady.HeldPolls),
 			report.FormatBytes(lo.r.Steady.RSSBytes) + " → " + report.FormatBytes(hi.r.Steady.RSSBytes),
 			fmt.Sprintf("%.1f KiB", slope),
