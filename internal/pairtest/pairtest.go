@@ -221,9 +221,14 @@ func NewContractMode(t *testing.T, mode Mode, clock *Clock, ttl time.Duration) *
 		cr.Mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	})
-	srv := httptest.NewServer(mux)
+	// The URL is set before the server serves: its handlers read it (a
+	// removal calls the relay through it), and a request that came from a
+	// process the test started is ordered after nothing the race detector
+	// can see.
+	srv := httptest.NewUnstartedServer(mux)
+	cr.URL = "http://" + srv.Listener.Addr().String()
+	srv.Start()
 	t.Cleanup(srv.Close)
-	cr.URL = srv.URL
 	return cr
 }
 
