@@ -501,6 +501,17 @@ export class RelayClient {
       return sleep(d, signal);
     };
 
+    // A stream that could not be opened or read: where streams are not
+    // available here, polls for a while; else a failure as a poll's.
+    const streamFailed = async (err: unknown): Promise<boolean> => {
+      if (err instanceof StreamUnavailableError) {
+        this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
+        streamAgain = Date.now() + STREAM_RETRY_MS;
+        return true;
+      }
+      return failed(err, false);
+    };
+
     // One stream, until it ends; false once stopped.
     const streamOnce = async (): Promise<boolean> => {
       this.transport = "stream";
@@ -509,12 +520,7 @@ export class RelayClient {
       try {
         s = await this.stream({ cursor: pos.cursor, epoch: pos.epoch, signal, ...(opts.streamReadyTimeoutMs !== undefined && { readyTimeoutMs: opts.streamReadyTimeoutMs }) });
       } catch (err) {
-        if (err instanceof StreamUnavailableError) {
-          this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
-          streamAgain = Date.now() + STREAM_RETRY_MS;
-          return true;
-        }
-        return failed(err, false);
+        return streamFailed(err);
       }
       let acked = { ...pos };
       let ackedAt = Date.now();
@@ -535,12 +541,7 @@ export class RelayClient {
           try {
             ev = await s.next();
           } catch (err) {
-            if (err instanceof StreamUnavailableError) {
-              this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
-              streamAgain = Date.now() + STREAM_RETRY_MS;
-              return true;
-            }
-            return failed(err, false);
+            return streamFailed(err);
           }
           switch (ev.kind) {
             case "ready":

@@ -406,6 +406,16 @@ export class RelayClient {
             this.state({ kind: "retrying", delayMs: d, error: err });
             return sleep(d, signal);
         };
+        // A stream that could not be opened or read: where streams are not
+        // available here, polls for a while; else a failure as a poll's.
+        const streamFailed = async (err) => {
+            if (err instanceof StreamUnavailableError) {
+                this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
+                streamAgain = Date.now() + STREAM_RETRY_MS;
+                return true;
+            }
+            return failed(err, false);
+        };
         // One stream, until it ends; false once stopped.
         const streamOnce = async () => {
             this.transport = "stream";
@@ -415,12 +425,7 @@ export class RelayClient {
                 s = await this.stream({ cursor: pos.cursor, epoch: pos.epoch, signal, ...(opts.streamReadyTimeoutMs !== undefined && { readyTimeoutMs: opts.streamReadyTimeoutMs }) });
             }
             catch (err) {
-                if (err instanceof StreamUnavailableError) {
-                    this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
-                    streamAgain = Date.now() + STREAM_RETRY_MS;
-                    return true;
-                }
-                return failed(err, false);
+                return streamFailed(err);
             }
             let acked = { ...pos };
             let ackedAt = Date.now();
@@ -444,12 +449,7 @@ export class RelayClient {
                         ev = await s.next();
                     }
                     catch (err) {
-                        if (err instanceof StreamUnavailableError) {
-                            this.log(`listen: ${err.message}; polling instead for ${STREAM_RETRY_MS / 60_000} minutes`);
-                            streamAgain = Date.now() + STREAM_RETRY_MS;
-                            return true;
-                        }
-                        return failed(err, false);
+                        return streamFailed(err);
                     }
                     switch (ev.kind) {
                         case "ready":
