@@ -23,7 +23,9 @@ type Handler func(ctx context.Context, e Envelope) error
 // cursors after each h returned nil, before the next envelope. Every poll
 // and stream carries the saved cursor, which acknowledges it, and its
 // epoch once a relay named one; while a stream is open, the position is
-// acknowledged lazily (ackEvery, ackSeqs) and when the stream ends. An
+// acknowledged lazily (ackEvery, ackSeqs) and when the stream ends; a
+// stream whose token is due for renewal (RenewalDue) ends, and the next
+// opens with a renewed one. An
 // answer with more waiting is followed at once by the next poll. A stream
 // that ends (its life, a drain) or is cut is opened again from the saved
 // position.
