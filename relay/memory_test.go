@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"runtime"
 	"testing"
 )
@@ -46,6 +48,81 @@ func heldPollMemory(tb testing.TB, n int) (stack, heap uint64) {
 	eventually(tb, "every poll parked", func() bool { return h.srv.parking != nil && h.srv.parking.Parked.Load() == int64(n) })
 	runtime.GC()
 	runtime.GC() // the second cycle shrinks stacks the first found oversized
+	runtime.ReadMemStats(&held)
+	cancel()
+	for range n {
+		<-done
+	}
+	return (held.StackInuse - before.StackInuse) / uint64(n), (held.HeapInuse - before.HeapInuse) / uint64(n)
+}
+
+// BenchmarkHeldStreamMemory is BenchmarkHeldPollMemory for idle streams,
+// each read by the test's client up to its "ready" event. Run both in one
+// command to compare them:
+//
+//	go test -run '^$' -bench 'Held(Poll|Stream)Memory' -benchtime 1x ./relay/
+func BenchmarkHeldStreamMemory(b *testing.B) {
+	for range b.N {
+		stack, heap := heldStreamMemory(b, 2000)
+		b.ReportMetric(float64(stack), "stack-B/stream")
+		b.ReportMetric(float64(heap), "heap-B/stream")
+	}
+}
+
+func heldStreamMemory(tb testing.TB, n int) (stack, heap uint64) {
+	h := newHarness(tb, nil)
+	toks := make([]string, n)
+	for i := range n {
+		toks[i] = h.token(fmt.Sprint("h", i), "d")
+	}
+	runtime.GC()
+	var before, held runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan error, n)
+	done := make(chan struct{}, n)
+	for i := range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			req, err := http.NewRequestWithContext(ctx, "GET", h.url+"/v1/stream", nil)
+			if err != nil {
+				ready <- err
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+toks[i])
+			resp, err := h.client.Do(req)
+			if err != nil {
+				ready <- err
+				return
+			}
+			defer resp.Body.Close()
+			// Small buffers: the client's side is measured too, and a
+			// poll's client holds none.
+			rd := bufio.NewReaderSize(resp.Body, 128)
+			for {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					ready <- err
+					return
+				}
+				if line == "event: ready\n" {
+					break
+				}
+			}
+			ready <- nil
+			var b [128]byte
+			for err == nil {
+				_, err = rd.Read(b[:])
+			}
+		}()
+	}
+	for range n {
+		if err := <-ready; err != nil {
+			tb.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
 	runtime.ReadMemStats(&held)
 	cancel()
 	for range n {

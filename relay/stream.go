@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -208,10 +209,17 @@ func (st *stream) hijack(w http.ResponseWriter) bool {
 	// takes nothing more from its client, and ends when it sends more.
 	conn, left := parking.Unwrap(conn)
 	st.conn, st.early = conn, rw.Reader.Buffered() > 0 || len(left) > 0
+	// The request is let go: for its whole life the stream keeps only what
+	// its events need, the record (its store deadline) in a context of its
+	// own and the route in a request of its own, not the parsed request,
+	// its headers and its contexts (about 1.5 KiB a stream).
+	ctx := context.Background()
 	if rec := recordOf(r.Context()); rec != nil {
 		st.account = rec.detach()
+		ctx = context.WithValue(ctx, recordKey{}, rec)
 	}
-	st.ctx = context.WithoutCancel(r.Context())
+	st.ctx = ctx
+	st.r = (&http.Request{Method: http.MethodGet, URL: streamURL}).WithContext(ctx)
 	// The head is written by hand, with the headers the middleware set
 	// (CORS, the type): the body runs to the connection's close, which
 	// every HTTP/1.1 client and proxy reads, and which a stream's end
@@ -257,6 +265,9 @@ func (s *Server) endStream(outcome string) {
 
 // routeStream is the stream's route.
 const routeStream = "/v1/stream"
+
+// streamURL is a hijacked stream's request's URL: its route, for logs.
+var streamURL = &url.URL{Path: routeStream}
 
 // loop is the stream's delivery: a poll's hold that writes each batch as
 // an event and waits again. It returns the stream's outcome.
@@ -465,7 +476,7 @@ func (st *stream) Write(b []byte) (int, error) {
 		if len(st.buf) > 0 {
 			// The answer's head goes out with the first event.
 			b = append(st.buf, b...)
-			st.buf = st.buf[:0]
+			st.buf = nil
 		}
 		n, err = st.conn.Write(b)
 	} else {
