@@ -76,7 +76,8 @@ const sqlSynchronous = `(current_setting('synchronous_standby_names') <> ''
 const sqlLockEpoch = `SELECT 1 FROM store_epoch WHERE id = 1 FOR UPDATE`
 
 // sqlInsertEpoch writes the first row; of two connections that found none
-// at once, the first wins and the second changes nothing.
+// at once (the lock locks no row yet), the first wins and the second
+// changes nothing (no row affected).
 const sqlInsertEpoch = `
 INSERT INTO store_epoch (id, epoch, timeline, synchronous) VALUES (1, $1, $2, $3)
 ON CONFLICT (id) DO NOTHING`
@@ -125,16 +126,18 @@ func checkTimeline(ctx context.Context, conn *pgx.Conn, log *slog.Logger) error 
 		if !write {
 			return nil // another connection did it meanwhile
 		}
-		stmt := sqlUpdateEpoch
 		if row == nil {
-			stmt = sqlInsertEpoch
+			tag, err := tx.Exec(ctx, sqlInsertEpoch, next.Epoch, next.Timeline, next.Synchronous)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err // another connection's epoch was kept, and logged there
+			}
+			log.Info("store epoch recorded", "epoch", next.Epoch, "timeline", next.Timeline, "synchronous", next.Synchronous)
+			return nil
 		}
-		if _, err := tx.Exec(ctx, stmt, next.Epoch, next.Timeline, next.Synchronous); err != nil {
+		if _, err := tx.Exec(ctx, sqlUpdateEpoch, next.Epoch, next.Timeline, next.Synchronous); err != nil {
 			return err
 		}
 		switch {
-		case row == nil:
-			log.Info("store epoch recorded", "epoch", next.Epoch, "timeline", next.Timeline, "synchronous", next.Synchronous)
 		case row.Epoch != next.Epoch:
 			log.Warn("the database is on a new timeline and its primary did not commit synchronously: the last commits may be lost, so the store's epoch changes and clients resynchronise",
 				"old_timeline", row.Timeline, "timeline", next.Timeline, "old_epoch", row.Epoch, "epoch", next.Epoch)

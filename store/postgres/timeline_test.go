@@ -1,8 +1,13 @@
 package postgres
 
 import (
+	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store"
 )
 
@@ -99,5 +104,63 @@ func TestTimelineCheckOnNewConnections(t *testing.T) {
 	st, err := db.State(ctx, "home", "a")
 	if err != nil || st.Epoch != h.Epoch {
 		t.Errorf("State after the change = %+v, %v, want epoch %q", st, err, h.Epoch)
+	}
+}
+
+// TestFirstEpochLoggedOnce: two connections of a new database find no
+// epoch at once and both draw one; the first insert wins, and only the
+// epoch kept is logged as recorded. Here the test's own transaction is
+// the first, held open until the check's insert waits on it. Red when
+// the loser logged the epoch it drew, which no one ever saw again.
+func TestFirstEpochLoggedOnce(t *testing.T) {
+	ctx := testCtx(t)
+	db := openDB(t, 1)
+	first := schemaConn(t, db)
+	if _, err := first.Exec(ctx, `DELETE FROM store_epoch`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := first.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, sqlInsertEpoch, "kept", "00000001", false); err != nil {
+		t.Fatal(err)
+	}
+
+	second := schemaConn(t, db)
+	log := &servicetest.Buffer{}
+	checked := make(chan error, 1)
+	go func() {
+		checked <- checkTimeline(ctx, second, slog.New(slog.NewJSONHandler(log, nil)))
+	}()
+	// The check's insert waits for the first's transaction.
+	watch := schemaConn(t, db)
+	for waiting := false; !waiting; {
+		err := watch.QueryRow(ctx, `SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1`, second.PgConn().PID()).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-checked; err != nil {
+		t.Fatal(err)
+	}
+
+	var kept string
+	if err := watch.QueryRow(ctx, `SELECT epoch FROM store_epoch`).Scan(&kept); err != nil || kept != "kept" {
+		t.Fatalf("epoch %q (%v), want the first insert's", kept, err)
+	}
+	for line := range strings.Lines(log.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["msg"] == "store epoch recorded" && m["epoch"] != kept {
+			t.Errorf("logged %q as recorded; the store's epoch is %q", m["epoch"], kept)
+		}
 	}
 }
