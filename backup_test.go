@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -126,5 +127,39 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond) // bounded poll of another goroutine's progress
+	}
+}
+
+// TestBackupRelativePath: relay backup and relay restore with the default
+// database, data/relay.db below the working directory as go run . keeps
+// it, and spelt ./data/relay.db, each with a relative FILE. SQLite read
+// the first segment of a relative path as the URI's authority: "invalid
+// uri authority: data".
+func TestBackupRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	ctx := context.Background()
+	var out strings.Builder
+	if err := run(ctx, []string{"migrate"}, env(nil), &out, &out); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out.String())
+	}
+	for _, c := range []struct{ database, file string }{
+		{"", "backup.db"},
+		{"sqlite:./data/relay.db", "./backup2.db"},
+	} {
+		vars := env(map[string]string{"FN_DATABASE_URL": c.database})
+		if c.database == "" {
+			vars = env(nil) // the default
+		}
+		out.Reset()
+		if err := run(ctx, []string{"backup", c.file}, vars, &out, &out); err != nil {
+			t.Errorf("backup %s of %q: %v", c.file, c.database, err)
+			continue
+		}
+		if fi, err := os.Stat(c.file); err != nil || fi.Size() == 0 {
+			t.Errorf("backup %s of %q: the copy: %v %v", c.file, c.database, fi, err)
+		}
+		if err := run(ctx, []string{"restore", c.file}, vars, &out, &out); err != nil {
+			t.Errorf("restore %s to %q: %v", c.file, c.database, err)
+		}
 	}
 }

@@ -14,12 +14,19 @@ import (
 // or is being restored.
 var errInUse = errors.New("the database is in use (a relay has it open, or a restore is under way)")
 
+// errServed: another store opened to serve has the database (claim).
+var errServed = errors.New("in use by another relay")
+
 // Backup writes a consistent copy of the database at path to dst while
 // relays go on using it: VACUUM INTO reads one snapshot, so the copy holds
 // every transaction committed before it began and none half. The copy is
 // written beside dst and renamed into place, mode 0600; an existing dst is
 // refused.
 func Backup(ctx context.Context, path, dst string) error {
+	path, err := filepath.Abs(path) // for dsn
+	if err != nil {
+		return fmt.Errorf("sqlite: backup: %w", err)
+	}
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("sqlite: backup: %w", err)
 	}
@@ -123,6 +130,10 @@ func Restore(ctx context.Context, src, path string) error {
 // check opens src read-only and asks SQLite whether it is sound and of a
 // schema this build knows.
 func check(ctx context.Context, src string) error {
+	src, err := filepath.Abs(src) // for dsn
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(src); err != nil {
 		return err
 	}

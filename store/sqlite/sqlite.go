@@ -56,6 +56,12 @@ type Config struct {
 	BusyTimeout time.Duration
 	// Logger receives migration notices; nil discards them.
 	Logger *slog.Logger
+	// Serve: the store is a serving relay's, which must be the only one
+	// on the file: it remembers positions it wrote and never sees another
+	// relay's writes. Another store opened to serve is refused while this
+	// one is open; Backup, and stores opened without Serve (a migration),
+	// still open the file beside it.
+	Serve bool
 }
 
 // DB is a SQLite store. Its methods are safe for concurrent use.
@@ -71,6 +77,8 @@ type DB struct {
 	// held is the shared lock on the file (lock_unix.go) that keeps
 	// Restore from replacing it while open.
 	held atomic.Pointer[os.File]
+	// served is claim's lock (lock_unix.go), when opened with Serve.
+	served *os.File
 	// unwritable: a check found the database unwritable; the writer's
 	// connection may be read-only since (refreshWriter).
 	unwritable atomic.Bool
@@ -118,6 +126,19 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: %w: %w", store.ErrUnavailable, err)
+	}
+	var served *os.File // claim's lock: the DB holds it once opened
+	if cfg.Serve {
+		if served, err = claim(path); errors.Is(err, errServed) {
+			return nil, fmt.Errorf("sqlite: %s is %w", cfg.Path, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("sqlite: %s: %w", path, err)
+		}
+		defer func() {
+			if served != nil {
+				_ = release(served) // Open failed
+			}
+		}()
 	}
 	held, err := lock(path, false)
 	if err != nil {
@@ -204,11 +225,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	}
 	db.jobs, db.quit, db.stopped = make(chan *job), make(chan struct{}), make(chan struct{})
 	go db.groupWriter()
+	db.served, served = served, nil
 	return db, nil
 }
 
-// dsn builds a file: URI, so that SQLite itself sees mode=ro and a path
-// holding '?' or '#' survives.
 // connect makes the pool's first connection, trying again for up to busy
 // while SQLite answers SQLITE_BUSY. Switching a new file to WAL needs the
 // file to itself, and when two processes open a new file at once SQLite
@@ -237,6 +257,10 @@ func connect(ctx context.Context, pool *sql.DB, busy time.Duration) error {
 	}
 }
 
+// dsn builds a file: URI, so that SQLite itself sees mode=ro and a path
+// holding '?' or '#' survives. path must be absolute: SQLite reads a
+// relative one's first segment as the URI's authority ("invalid uri
+// authority: data").
 func dsn(path string, q url.Values) string {
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(path), RawQuery: q.Encode()}
 	return u.String()
@@ -287,6 +311,10 @@ func (db *DB) Close() error {
 	errs = append(errs, db.writer.Close())
 	if held := db.held.Swap(nil); held != nil {
 		errs = append(errs, held.Close()) // last: the database is closed
+	}
+	if db.served != nil {
+		errs = append(errs, release(db.served))
+		db.served = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
