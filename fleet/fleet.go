@@ -54,6 +54,7 @@ type Watch struct {
 	mu        sync.Mutex
 	sickSince time.Time // zero while this relay's wake-ups flow
 	othersOK  bool      // another relay reported flowing wake-ups lately
+	unready   bool      // Ready's last answer was not nil
 
 	stop chan struct{}
 	done chan struct{}
@@ -148,11 +149,21 @@ func (f *Watch) round(now time.Time) {
 
 // Ready is nil unless this relay's own wake-ups have failed for SickAfter
 // while another relay's flow.
+//
+// A change of its answer is logged, once: /ready asks at every probe.
 func (f *Watch) Ready(now time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var err error
 	if !f.sickSince.IsZero() && now.Sub(f.sickSince) >= SickAfter && f.othersOK {
-		return fmt.Errorf("wake-ups failing here since %s while other relays' flow: %w", f.sickSince.Format(time.RFC3339), f.hub.Health())
+		err = fmt.Errorf("wake-ups failing here since %s while other relays' flow: %w", f.sickSince.Format(time.RFC3339), f.hub.Health())
 	}
-	return nil
+	switch {
+	case err != nil && !f.unready:
+		f.log.Error("not ready: wake-ups fail here while other relays' flow", "err", err)
+	case err == nil && f.unready:
+		f.log.Info("ready again: wake-ups flow here")
+	}
+	f.unready = err != nil
+	return err
 }

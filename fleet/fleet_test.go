@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,5 +119,66 @@ func TestStartStop(t *testing.T) {
 	case <-w.done:
 	default:
 		t.Fatal("Stop returned before the rounds ended")
+	}
+}
+
+// records keeps the log records it is given.
+type records struct {
+	mu   sync.Mutex
+	seen []slog.Record
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.seen = append(r.seen, rec)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) said() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s []string
+	for _, rec := range r.seen {
+		s = append(s, rec.Level.String()+" "+rec.Message)
+	}
+	return s
+}
+
+// TestReadyLogsChanges: /ready asks Ready at every probe; the log says
+// once that this relay is not ready for its wake-ups, and once that they
+// flow again, not at every probe (the relay's /ready no longer logs each
+// 503).
+func TestReadyLogsChanges(t *testing.T) {
+	hub := &fakeHub{health: errCut}
+	st := &reports{others: []store.RelayHealth{{ID: "other", WakesOK: true}}}
+	log := &records{}
+	w := New(st, hub, slog.New(log), prometheus.NewGauge(prometheus.GaugeOpts{Name: "troubled"}))
+	t0 := time.Unix(1_800_000_000, 0)
+	w.round(t0)
+	for i := range 3 {
+		if err := w.Ready(t0.Add(time.Duration(i) * time.Second)); err != nil {
+			t.Fatalf("not ready before SickAfter: %v", err)
+		}
+	}
+	w.round(t0.Add(SickAfter))
+	for i := range 5 {
+		if err := w.Ready(t0.Add(SickAfter + time.Duration(i)*time.Second)); err == nil {
+			t.Fatal("ready after SickAfter of failing wake-ups while another relay's flow")
+		}
+	}
+	hub.health = nil
+	w.round(t0.Add(2 * SickAfter))
+	for i := range 3 {
+		if err := w.Ready(t0.Add(2*SickAfter + time.Duration(i)*time.Second)); err != nil {
+			t.Fatalf("still not ready once wake-ups flow: %v", err)
+		}
+	}
+	want := []string{"ERROR not ready: wake-ups fail here while other relays' flow", "INFO ready again: wake-ups flow here"}
+	if got := log.said(); !slices.Equal(got, want) {
+		t.Fatalf("the log said %q, want %q", got, want)
 	}
 }

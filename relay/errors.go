@@ -47,6 +47,9 @@ type httpError struct {
 	// (rounded up to whole seconds); zero: a short jittered wait.
 	RetryAfter time.Duration
 	Cause      error
+	// Logged: what it says was logged once where it was found (a change
+	// of readiness), so it is not logged again at every request.
+	Logged bool
 }
 
 func (e *httpError) Error() string {
@@ -153,7 +156,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="relay"`)
 	}
 	switch {
-	case r.Context().Err() != nil:
+	case r.Context().Err() != nil, he.Logged:
 	case he.Status >= 500:
 		s.log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("path", r.URL.Path), slog.Int("status", he.Status), slog.Any("err", he))
 	case he.Cause != nil:

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,8 +70,10 @@ const (
 
 // Config tunes a Hub. Zero fields take the defaults above.
 type Config struct {
-	// Prefix starts every channel name. All relays of a fleet must use the
-	// same Prefix and Shards.
+	// Prefix starts every channel name, followed by the database number
+	// when the client selects one other than 0 (see channelPrefix). All
+	// relays of a fleet must use the same Prefix and Shards; fleets that
+	// share a Redis and a database need different Prefixes.
 	Prefix string
 	// Shards is the number of shard channels.
 	Shards int
@@ -213,7 +216,7 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 		local:    local.New(cfg.Observer),
 		cfg:      cfg,
 		log:      log.With("component", "wake_redis"),
-		channels: channelNames(cfg.Prefix, cfg.Shards),
+		channels: channelNames(channelPrefix(cfg.Prefix, client), cfg.Shards),
 		epoch:    time.Now(),
 		first:    make(chan error, 1),
 	}
@@ -255,6 +258,18 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 	h.ready.Store(true)
 	h.wg.Go(func() { h.monitor(h.ctx, healthy) })
 	return h, nil
+}
+
+// channelPrefix is prefix and the database the client selects. Pub/sub
+// channels are the whole server's, whatever database a connection
+// selected: without the number, fleets kept apart on one Redis by their
+// databases, as their keys are, would wake each other's polls. Database 0
+// adds nothing, so the channels of a fleet on it stay what they were.
+func channelPrefix(prefix string, client goredis.UniversalClient) string {
+	if c, ok := client.(*goredis.Client); ok && c.Options().DB != 0 {
+		return prefix + strconv.Itoa(c.Options().DB) + ":"
+	}
+	return prefix
 }
 
 // fatal reports whether err says the settings are wrong, rather than that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -402,5 +403,49 @@ func TestDegrade(t *testing.T) {
 	eventually(t, 2*time.Second, "a recovery round", func() bool { return p.counter(t, "fn_redis_fallback_rounds_total", "recovered") == 1 })
 	if n := p.counter(t, "fn_redis_fallback_rounds_total", "degraded"); n < 3 {
 		t.Fatalf("%v degraded rounds, want at least 3", n)
+	}
+}
+
+// TestFleetsApart: Redis's pub/sub channels are the whole server's,
+// whatever database a client selected, so two fleets on one Redis woke
+// each other's polls. Hubs whose URLs name other databases, or that have
+// other prefixes, hear nothing of each other; hubs on the same database
+// with the same prefix do. Red while the channels ignored the database.
+func TestFleetsApart(t *testing.T) {
+	raw, prefix := sharedRedis(t)
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Query().Has("cluster") || u.Query().Has("master_name") || u.Scheme == "unix" {
+		t.Skip("needs a single Redis whose URL names the database in its path")
+	}
+	onDB := func(db int) string {
+		v := *u
+		v.Path = fmt.Sprintf("/%d", db)
+		return v.String()
+	}
+	a := newProcess(t, onDB(1), 2, steady(prefix))
+	same := newProcess(t, onDB(1), 2, steady(prefix))
+	otherDB := newProcess(t, onDB(2), 2, steady(prefix))
+	otherPrefix := newProcess(t, onDB(1), 2, steady(prefix+"other:"))
+	k := dev(1)
+	got := waitAsync(context.Background(), subscribe(t, same.hub, k))
+	for _, p := range []*process{otherDB, otherPrefix} {
+		subscribe(t, p.hub, k)
+	}
+	if err := a.hub.Signal(context.Background(), wakes(5, k)); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	if err := receive(t, got, 2*time.Second, "the same fleet's wake"); err != nil {
+		t.Fatalf("Wait = %v, want nil", err)
+	}
+	// What reached one subscriber has had time to reach the others.
+	time.Sleep(300 * time.Millisecond)
+	if h := otherDB.obs.head(k); h != 0 {
+		t.Errorf("a hub on another database heard the wake (head %d); channels %q and %q", h, a.hub.Channels()[0], otherDB.hub.Channels()[0])
+	}
+	if h := otherPrefix.obs.head(k); h != 0 {
+		t.Errorf("a hub with another prefix heard the wake (head %d)", h)
 	}
 }
