@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -86,33 +85,20 @@ func (f *clientFlags) client(ctx context.Context, getenv func(string) string, op
 	return c, nil
 }
 
-// parseFlags parses args; -h prints the usage on stdout and ends the
-// command with exit 0, a bad flag prints it on stderr and exits 2.
+// parseFlags parses args; -h prints the usage (usage, then the flags) on
+// stdout and ends the command with exit 0, a bad flag is a usage mistake
+// (run: exit 2).
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, usage string, stdout, stderr io.Writer) error {
 	return parseFlagsEnv(fs, args, getenv, map[string]string{"url": "FN_RELAY_URL"}, usage, stdout, stderr) // FN_TOKEN comes after -token-file, in client
 }
 
 // parseFlagsEnv is parseFlags where env names the variable each flag
 // reads when not given.
-func parseFlagsEnv(fs *flag.FlagSet, args []string, getenv func(string) string, env map[string]string, usage string, stdout, stderr io.Writer) error {
-	fs.SetOutput(io.Discard)
-	printUsage := func(w io.Writer) {
-		fmt.Fprintln(w, usage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+func parseFlagsEnv(fs *flag.FlagSet, args []string, getenv func(string) string, env map[string]string, usage string, stdout, _ io.Writer) error {
+	fs.SetOutput(stdout)
+	setHelp(fs, usage)
 	_, err := config.Parse(fs, args, getenv, func(flag string) string { return env[flag] })
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout)
-		return flag.ErrHelp // run: exit 0
-	case err != nil:
-		fmt.Fprintln(stderr, err)
-		printUsage(stderr)
-		return &exitError{code: 2}
-	}
-	return nil
+	return err
 }
 
 // logTo writes the client's diagnostics as lines on stderr.
@@ -124,14 +110,14 @@ func logTo(stderr io.Writer, cmd string) client.Option {
 
 const sendUsage = `usage: relay send [flags] -to dev1,dev2 [-id ID] [-seal -identity F] [PAYLOAD | -file F | -]
 
-Sends PAYLOAD (the argument's bytes, the file's, or stdin's with "-" or no
-argument) to the named devices of the token's household, retrying with the
-same id until the relay stores it or refuses it for good, and prints the
-relay's answer as one JSON line. With -seal it registers the identity's key,
-reads the directory, and seals PAYLOAD to the recipients' pinned keys; a
-recipient whose key changed is refused until -trust names it.
+Sends PAYLOAD to the named devices of the token's household and prints the
+relay's answer as one JSON line.
 
-flags:`
+PAYLOAD is the argument's bytes, the file's, or stdin's with "-" or no
+argument. The send is retried with the same id until the relay stores it
+or refuses it for good. With -seal it registers the identity's key,
+reads the directory, and seals PAYLOAD to the recipients' pinned keys; a
+recipient whose key changed is refused until -trust names it.`
 
 func sendCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
@@ -190,7 +176,7 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 		res, err = c.Send(ctx, *id, recipients, payload)
 	}
 	if err != nil {
-		return fmt.Errorf("send: %w", err)
+		return fmt.Errorf("send: %w", cf.refused(ctx, err))
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -203,18 +189,18 @@ func sendCmd(ctx context.Context, args []string, getenv func(string) string, std
 const listenUsage = `usage: relay listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open -identity F]
 
 Holds polls for the token's device and prints each envelope once, in seq
-order, as one JSON line: {"seq","id","from","sent_at","payload" (base64)}.
-The cursor, with the store epoch it belongs to, is saved to -cursor-file
-after each line (in memory without it), and acknowledged to the relay
-before it exits (after -count envelopes, SIGINT or SIGTERM).
+order, as one JSON line.
+
+A line is {"seq","id","from","sent_at","payload" (base64)}. The cursor,
+with the store epoch it belongs to, is saved to -cursor-file after each
+line (in memory without it), and acknowledged to the relay before it exits
+(after -count envelopes, SIGINT or SIGTERM).
 With -open it registers the identity's key and opens each sealed envelope:
 "payload" is the plaintext, or "error" names why it did not open. One
 sealed with a sender key that changed is also kept in the identity file's
 name + .held, and printed again, opened, after -trust names its sender,
 unless -drop discards it.
-SIGINT or SIGTERM stops it cleanly.
-
-flags:`
+SIGINT or SIGTERM stops it cleanly.`
 
 // envelopeLine is how listen prints an envelope.
 type envelopeLine struct {
@@ -280,7 +266,7 @@ func listenCmd(ctx context.Context, args []string, getenv func(string) string, s
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("listen: %w", cf.refused(ctx, err))
 	}
 	ackSaved(ctx, c, cursors, stderr)
 	return nil

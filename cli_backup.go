@@ -10,25 +10,24 @@ import (
 	"github.com/flamenet/relay/store/sqlite"
 )
 
-const backupUsage = `usage: relay backup [-database URL] FILE
+const backupUsage = `usage: relay backup [-database-url URL] FILE
 
 Writes a consistent copy of the relay's SQLite database to FILE (a new
-file, mode 0600) while relays go on using it: every envelope accepted
-before the copy began is in it. Run it as the relay's user or as root.
-For Postgres use pg_dump or your provider's backups.
+file, mode 0600) while relays go on using it.
 
-flags:`
+Every envelope accepted before the copy began is in it. Run it as the
+relay's user or as root. For Postgres use pg_dump or your provider's
+backups.`
 
-const restoreUsage = `usage: relay restore [-database URL] FILE
+const restoreUsage = `usage: relay restore [-database-url URL] FILE
 
-Puts the backup FILE in place of the relay's SQLite database. It refuses
-while a relay has the database open (stop the relay first) and refuses a
-FILE that is not a sound database of this relay; the copy gets the
-database's owner and mode 0600, and the old -wal and -shm files are
+Puts the backup FILE in place of the relay's SQLite database.
+
+It refuses while a relay has the database open (stop the relay first) and
+refuses a FILE that is not a sound database of this relay; the copy gets
+the database's owner and mode 0600, and the old -wal and -shm files are
 removed. Devices whose cursors are ahead of the restored database are told
-(409 cursor_ahead) and resynchronise. For Postgres use pg_restore.
-
-flags:`
+(409 cursor_ahead) and resynchronise. For Postgres use pg_restore.`
 
 // backupCmd and restoreCmd: relay backup FILE, relay restore FILE.
 func backupCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -55,11 +54,11 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 	return nil
 }
 
-// sqliteFileArgs reads -database (FN_DATABASE_URL) and the one FILE.
+// sqliteFileArgs reads -database-url (FN_DATABASE_URL) and the one FILE.
 func sqliteFileArgs(name, usage string, args []string, getenv func(string) string, stdout, stderr io.Writer) (path, file string, err error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	dbURL := fs.String("database", "sqlite:data/relay.db", "the relay's database (env FN_DATABASE_URL)")
-	if err := parseFlagsEnv(fs, args, getenv, map[string]string{"database": "FN_DATABASE_URL"}, usage, stdout, stderr); err != nil {
+	dbURL := fs.String("database-url", "sqlite:data/relay.db", "the relay's database (env FN_DATABASE_URL)")
+	if err := parseFlagsEnv(fs, args, getenv, map[string]string{"database-url": "FN_DATABASE_URL"}, usage, stdout, stderr); err != nil {
 		return "", "", err
 	}
 	if fs.NArg() != 1 {
@@ -67,7 +66,7 @@ func sqliteFileArgs(name, usage string, args []string, getenv func(string) strin
 	}
 	db, err := config.ParseDatabaseURL(*dbURL)
 	if err != nil {
-		return "", "", usageErr("%s: -database: %w", name, err)
+		return "", "", usageErr("%s: -database-url: %w", name, err)
 	}
 	if db.Kind != config.SQLite {
 		return "", "", usageErr("%s: the database is Postgres: use pg_dump and pg_restore, or your provider's backups", name)

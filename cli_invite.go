@@ -11,12 +11,10 @@ import (
 	"io"
 	"net/http"
 	neturl "net/url"
-	"strings"
 	"time"
 
 	qrcode "github.com/skip2/go-qrcode"
 
-	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/seal"
 	"github.com/flamenet/relay/token"
 )
@@ -34,11 +32,13 @@ const inviteUsage = `usage: relay invite -device DEVICE [-replace] [-household H
        relay invite -list [-household HOME] [-url URL] [-issuer-key-file FILE]
 
 Asks the relay for a single-use invitation code for DEVICE (POST
-/v1/invitations) with a 60-second admin token minted with the issuer
-private key (read as relay token reads it), and prints the code, the
-pairing link, its expiry and the link as a QR code. On the device:
-relay pair -url URL -code CODE -store FILE, or open the link. Only a relay
-that mints its own tokens (FN_ISSUER_KEYS empty) pairs devices.
+/v1/invitations) and prints the code, the pairing link, its expiry and the
+link as a QR code.
+
+The request carries a 60-second admin token minted with the issuer private
+key (read as relay token reads it). On the device: relay pair -url URL
+-code CODE -store FILE, or open the link. Only a relay that mints its own
+tokens (FN_ISSUER_KEYS empty) pairs devices.
 
 A device of that name that exists is refused, unless -replace: redeeming
 the invitation then removes that device (its envelopes, credentials and
@@ -48,9 +48,7 @@ key) before the new one takes the name.
 
 -list prints the household's pending invitations and those redeemed in the
 last day, each with the fingerprint of the key the device paired with
-(relay pair -identity prints the same digits on the device: compare them).
-
-flags:`
+(relay pair -identity prints the same digits on the device: compare them).`
 
 // inviteAnswer is POST /v1/invitations' 201 answer.
 type inviteAnswer struct {
@@ -65,13 +63,11 @@ type inviteAnswer struct {
 
 func inviteCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("invite", flag.ContinueOnError)
-	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
-	household := fs.String("household", "home", "household")
+	var af adminFlags
+	af.bind(fs)
+	household := &af.household
 	device := fs.String("device", "", "the device to invite (its name)")
 	scope := fs.String("scope", token.ScopeDevice, "the paired device's scope: device or admin")
-	url := fs.String("url", "http://127.0.0.1:8080", "relay base URL (env FN_RELAY_URL)")
-	keyFile := fs.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
-	fs.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file")
 	list := fs.Bool("list", false, "list the household's invitations, with the fingerprint of each paired device's key")
 	replace := fs.Bool("replace", false, "the device may exist: pairing removes it first")
 	cancelInv := fs.Bool("cancel", false, "cancel the device's pending invitation")
@@ -91,15 +87,11 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 	case *scope != token.ScopeDevice && *scope != token.ScopeAdmin:
 		return usageErr("invite: -scope %q: want device or admin", *scope)
 	}
-	key, from, err := cliIssuerKey(fs, *keyFile, getenv)
+	tok, from, err := af.token(fs, getenv)
 	if err != nil {
-		return fmt.Errorf("invite: issuer key: %w", err)
+		return fmt.Errorf("invite: %w", err)
 	}
-	tok, err := inviteToken(key, *household, time.Now())
-	if err != nil {
-		return err
-	}
-	base := strings.TrimRight(*url, "/")
+	base := af.base()
 	if *list {
 		if err := listInvitations(ctx, stdout, base, tok); err != nil {
 			return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)

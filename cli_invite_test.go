@@ -45,7 +45,7 @@ func TestInvite(t *testing.T) {
 		t.Fatalf("no code, link and expiry in:\n%s", out)
 	}
 	code, link := m[1], m[2]
-	if link != base+"/console/#pair="+code+"&household=flat" || !strings.Contains(m[3], "(in 10m0s)") {
+	if link != base+"/console/#pair="+code+"&household=flat&scope=admin" || !strings.Contains(m[3], "(in 10m0s)") {
 		t.Errorf("link %q, expiry %q", link, m[3])
 	}
 	q, err := qrcode.New(link, qrcode.Medium)
@@ -129,12 +129,12 @@ func TestInviteRefusals(t *testing.T) {
 		want string
 		code int // exit code; 0: an error without one (exit 1)
 	}{
-		{[]string{"-url", "http://" + pairing.addr, "-key-file", other, "-device", "phone"}, "does not trust this issuer key", 0},
-		{[]string{"-url", "http://" + outside.addr, "-key-file", keyFile, "-device", "phone"}, "does not pair devices", 0},
-		{[]string{"-url", "http://" + pairing.addr, "-key-file", keyFile, "-device", "bad name"}, "400", 0},
-		{[]string{"-key-file", keyFile}, "-device is required", 2},
-		{[]string{"-key-file", keyFile, "-device", "phone", "-scope", "root"}, "-scope", 2},
-		{[]string{"-key-file", filepath.Join(dir, "missing.key"), "-device", "phone"}, "issuer key", 0},
+		{[]string{"-url", "http://" + pairing.addr, "-issuer-key-file", other, "-device", "phone"}, "does not trust this issuer key", 0},
+		{[]string{"-url", "http://" + outside.addr, "-issuer-key-file", keyFile, "-device", "phone"}, "does not pair devices", 0},
+		{[]string{"-url", "http://" + pairing.addr, "-issuer-key-file", keyFile, "-device", "bad name"}, "400", 0},
+		{[]string{"-issuer-key-file", keyFile}, "-device is required", 2},
+		{[]string{"-issuer-key-file", keyFile, "-device", "phone", "-scope", "root"}, "-scope", 2},
+		{[]string{"-issuer-key-file", filepath.Join(dir, "missing.key"), "-device", "phone"}, "issuer key", 0},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), append([]string{"invite"}, tt.args...), noEnv, &stdout, &stderr)

@@ -2,24 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/seal"
+	"github.com/flamenet/relay/token"
 )
 
 const pairUsage = `usage: relay pair -url URL -code CODE -store FILE [-identity FILE]
 
 Redeems an invitation's code at the relay (no token needed) and writes the
-device's credentials to FILE (JSON, readable by its owner only). relay
-send and relay listen then take -store FILE instead of a token, and renew
-the credentials in it as they go.
+device's credentials to FILE (JSON, readable by its owner only).
 
-flags:`
+relay send and relay listen then take -store FILE instead of a token, and
+renew the credentials in it as they go.`
 
 func pairCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pair", flag.ContinueOnError)
@@ -48,6 +50,11 @@ func pairCmd(ctx context.Context, args []string, getenv func(string) string, std
 		opts.IdentityKey = id.Public()
 	}
 	c, err := client.Pair(ctx, *url, *code, opts)
+	var e *client.Error
+	if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
+		// The code alone does not name the device: the admin knows it.
+		return fmt.Errorf("pair: %w (relay invite -device NAME)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("pair: %w", err)
 	}
@@ -91,4 +98,33 @@ func (f *clientFlags) storeClient(ctx context.Context, opts ...client.Option) (*
 		return nil, usageErr("%w", err)
 	}
 	return c, nil
+}
+
+// refused adds to err, when the relay refused the device's credentials for
+// good, the commands that help: with -store, the invitation and pairing
+// that replace them, with the device's names from the file; with a token,
+// token check, which asks the relay why.
+func (f *clientFlags) refused(ctx context.Context, err error) error {
+	if !errors.Is(err, client.ErrUnauthorized) {
+		return err
+	}
+	if f.store == "" {
+		return fmt.Errorf("%w; relay token check -url %s TOKEN says why", err, f.url)
+	}
+	c, lerr := client.FileStore(f.store).Load(ctx)
+	if lerr != nil {
+		return err
+	}
+	scope := ""
+	if c.Scope == token.ScopeAdmin {
+		scope = " -scope admin"
+	}
+	url := f.url
+	if f.url == defaultRelayURL && c.URL != "" {
+		url = c.URL // as storeClient chose it
+	}
+	// -replace: the device may still exist (its secret used by a copy),
+	// and an invitation for an existing device must replace it.
+	return fmt.Errorf("%w (relay invite -household %s -device %s%s -replace, then relay pair -url %s -code CODE -store %s)",
+		err, c.Household, c.Device, scope, url, f.store)
 }

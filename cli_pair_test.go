@@ -119,3 +119,71 @@ func pairModes(t *testing.T, test func(*testing.T, pairtest.Mode)) {
 		t.Run(string(m), func(t *testing.T) { test(t, m) })
 	}
 }
+
+// TestRefusalsSayWhatToDo: when the relay refuses a device for good, the
+// command's error ends with the commands that help: a used code and a
+// removed paired device need a new invitation (relay invite, with the
+// device's names when the -store file has them), a refused token a look
+// at it (relay token check -url, which asks the relay).
+func TestRefusalsSayWhatToDo(t *testing.T) { pairModes(t, testRefusalsSayWhatToDo) }
+
+func testRefusalsSayWhatToDo(t *testing.T, mode pairtest.Mode) {
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContractMode(t, mode, clock, time.Hour)
+	dir := t.TempDir()
+	phoneFile := filepath.Join(dir, "phone.json")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wantEnd := func(what string, err error, end string) {
+		t.Helper()
+		if err == nil || !strings.HasSuffix(err.Error(), end) {
+			t.Errorf("%s: %v\nwant it to end with %q", what, err, end)
+		}
+	}
+
+	code := cr.Invite("phone")
+	if err := run(ctx, []string{"pair", "-url", cr.URL, "-code", code, "-store", phoneFile}, noEnv, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	err := run(ctx, []string{"pair", "-url", cr.URL, "-code", code, "-store", filepath.Join(dir, "again.json")}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	wantEnd("pair with a used code", err, "ask an admin for a new invitation (relay invite -device NAME)")
+
+	// The phone registers, then an admin removes it.
+	src, err := client.NewRenewing(ctx, cr.URL, client.FileStore(phoneFile), client.RenewingOptions{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phone, err := client.NewWithCredentials(cr.URL, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phone.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tabletToken := cr.Mint("tablet", time.Hour)
+	tablet, err := client.New(cr.URL, tabletToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tablet.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second) // removals come after the tokens' iat
+	for _, d := range []string{"phone", "tablet"} {
+		if err := cr.Remove(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second)
+
+	err = run(ctx, []string{"listen", "-store", phoneFile, "-wait", "1"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("listen of a removed device: %v, want ErrUnauthorized", err)
+	}
+	wantEnd("listen of a removed device", err, "ask an admin for a new invitation and pair again (relay invite -household home -device phone -replace, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+")")
+	err = run(ctx, []string{"send", "-store", phoneFile, "-to", "phone", "x"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	wantEnd("send of a removed device", err, "(relay invite -household home -device phone -replace, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+")")
+
+	err = run(ctx, []string{"listen", "-url", cr.URL, "-token", tabletToken, "-wait", "1"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	wantEnd("listen with a removed device's token", err, "; relay token check -url "+cr.URL+" TOKEN says why")
+}

@@ -65,17 +65,19 @@ func parseSeed(s string) (ed25519.PrivateKey, error) {
 }
 
 func keygen(args []string, stdout io.Writer) error {
-	fset := flags("keygen", "[-out FILE [-force]]", `Creates an Ed25519 issuer key pair. The public key goes in the relays'
-FN_ISSUER_KEYS; the private key stays with whoever mints tokens. Without
--out the private key is printed; with -out it is written to FILE, mode 0600,
-and an existing FILE is refused unless -force.`, stdout)
+	fset := flags("keygen", "[-out FILE [-force]]", `Creates an Ed25519 issuer key pair.
+
+The public key goes in the relays' FN_ISSUER_KEYS; the private key stays
+with whoever mints tokens. Without -out the private key is printed; with
+-out it is written to FILE, mode 0600, and an existing FILE is refused
+unless -force.`, stdout)
 	out := fset.String("out", "", "write the private key (base64 seed) to this file, mode 0600, instead of printing it")
 	force := fset.Bool("force", false, "with -out, replace an existing key file (tokens signed by the old key stop verifying once relays stop trusting it)")
 	if _, err := config.Parse(fset, args, nil, noEnv); err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
-		return fmt.Errorf("keygen: unexpected argument %q", fset.Arg(0))
+		return usageErr("keygen: unexpected argument %q", fset.Arg(0))
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -127,18 +129,14 @@ func writeKeyFile(path, seed string, force bool) error {
 	return os.Rename(f.Name(), path)
 }
 
-// errKeyFlag refuses the old -key flag: a private key on the command line
-// lands in shell history and in every process listing.
-var errKeyFlag = errors.New("a private key is not taken on the command line (shell history, ps); use -issuer-key-file or FN_ISSUER_PRIVATE_KEY")
-
 // cliIssuerKey is the issuer private key a command that mints uses: from
-// its -issuer-key-file (or -key-file) flag when given, else from
+// its -issuer-key-file flag when given, else from
 // FN_ISSUER_PRIVATE_KEY (a base64 seed) when set, else from
 // FN_ISSUER_KEY_FILE, else from keyFile, the flag's default. from says
 // where it came from, for messages.
 func cliIssuerKey(fset *flag.FlagSet, keyFile string, getenv func(string) string) (key ed25519.PrivateKey, from string, err error) {
 	keyFileGiven := false
-	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "key-file" || f.Name == "issuer-key-file" })
+	fset.Visit(func(f *flag.Flag) { keyFileGiven = keyFileGiven || f.Name == "issuer-key-file" })
 	switch seed, file := getenv("FN_ISSUER_PRIVATE_KEY"), getenv("FN_ISSUER_KEY_FILE"); {
 	case keyFileGiven:
 		from = keyFile
@@ -159,28 +157,29 @@ func mintToken(args []string, getenv func(string) string, stdout io.Writer) erro
 		return checkToken(args[1:], getenv, stdout)
 	}
 	fset := flags("token", `-device DEVICE [-household HOME] [-scope device|admin] [-ttl 24h] [-issuer-key-file FILE]
-       relay token check [flags] TOKEN|-     (relay token check -h)`, `Mints a device token signed with the issuer private key, read from
--issuer-key-file when given, else from FN_ISSUER_PRIVATE_KEY (a base64 seed)
-when set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
+       relay token check [flags] TOKEN|-     (relay token check -h)`, `Mints a device token signed with the issuer private key and prints it.
+
+The key is read from -issuer-key-file when given, else from
+FN_ISSUER_PRIVATE_KEY (a base64 seed) when set, else from
+FN_ISSUER_KEY_FILE (default data/issuer.key); never from the command line,
+where it would land in shell history and process listings.`, stdout)
 	keyFileSetting, _ := config.Lookup("FN_ISSUER_KEY_FILE")
 	household := fset.String("household", "home", "household (hh claim)")
 	device := fset.String("device", "", "device (sub claim)")
 	scope := fset.String("scope", token.ScopeDevice, "device or admin")
 	ttl := fset.Duration("ttl", 24*time.Hour, "how long the token is valid")
 	keyFile := fset.String("issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
-	fset.StringVar(keyFile, "key-file", keyFileSetting.Default, "the same as -issuer-key-file (its older name)")
-	fset.Func("key", "refused: "+errKeyFlag.Error(), func(string) error { return errKeyFlag })
 	if _, err := config.Parse(fset, args, getenv, noEnv); err != nil {
 		return err
 	}
 	if fset.NArg() > 0 {
-		return fmt.Errorf("token: unexpected argument %q", fset.Arg(0))
+		return usageErr("token: unexpected argument %q", fset.Arg(0))
 	}
 	if *device == "" {
-		return errors.New("token: -device is required")
+		return usageErr("token: -device is required")
 	}
 	if *scope != token.ScopeDevice && *scope != token.ScopeAdmin {
-		return fmt.Errorf("token: -scope %q: want device or admin", *scope)
+		return usageErr("token: -scope %q: want device or admin", *scope)
 	}
 	key, _, err := cliIssuerKey(fset, *keyFile, getenv)
 	if err != nil {
@@ -196,7 +195,8 @@ when set, else from FN_ISSUER_KEY_FILE (default data/issuer.key).`, stdout)
 }
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig("migrate", args, getenv, stdout)
+	cfg, err := loadConfig("migrate", "Applies the store's migrations to FN_DATABASE_URL's database and exits.", args, getenv, stdout,
+		"FN_DATABASE_URL", "FN_SQLITE_SYNCHRONOUS", "FN_STORE_LOCK_TIMEOUT", "FN_PG_MAX_CONNECTIONS_PER_LOOP", "FN_LOG_LEVEL", "FN_LOG_FORMAT")
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ FN_ISSUER_KEY_FILE, else data/issuer.key), as FN_ISSUER_KEYS takes it.`, stdout)
 		return err
 	}
 	if fset.NArg() > 0 {
-		return fmt.Errorf("pubkey: unexpected argument %q", fset.Arg(0))
+		return usageErr("pubkey: unexpected argument %q", fset.Arg(0))
 	}
 	key, err := readIssuerKey(*keyFile)
 	if err != nil {

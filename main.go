@@ -1,6 +1,7 @@
 // Command relay stores end-to-end encrypted envelopes until each recipient
-// device fetches them. Subcommands: serve (default), keygen, token,
-// migrate, send, listen, invite, probe, version. See README.md.
+// device fetches them. Subcommands: serve (default), keygen, pubkey,
+// token, migrate, backup, restore, send, listen, invite, pair, devices,
+// remove, probe, version, help. See README.md.
 package main
 
 import (
@@ -28,7 +29,7 @@ func main() {
 	switch {
 	case errors.As(err, &exit):
 		if exit.err != nil {
-			fmt.Fprintln(os.Stderr, "relay:", exit.err)
+			reportExit(os.Stderr, os.Args[1:], os.Getenv, exit.err)
 		}
 		os.Exit(exit.code)
 	case err != nil:
@@ -69,68 +70,111 @@ func command(args []string) (string, []string) {
 }
 
 // run is the whole program; tests call it with their own arguments,
-// environment and output. A request for help (-h, help) is not an error.
+// environment and output. A request for help (-h, help) is not an error;
+// a mistake on the command line is exit 2, whichever command made it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	err := dispatch(ctx, args, getenv, stdout, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	var bad *config.FlagError
+	var exit *exitError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return nil
+	case errors.As(err, &bad) && !errors.As(err, &exit):
+		cmd, rest := command(args)
+		if cmd == "token" && len(rest) > 0 && rest[0] == "check" {
+			cmd = "token check" // its own flags
+		}
+		return usageErr("%s: %w (relay %s -h lists its flags)", cmd, err, cmd)
 	}
 	return err
 }
 
-func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd, args := command(args)
-	switch cmd {
-	case "serve":
-		return serve(ctx, args, getenv, stdout, stderr)
-	case "keygen":
+// subcommand is one entry of the dispatch table.
+type subcommand struct {
+	name string
+	run  func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+}
+
+// subcommands is the dispatch table, in the order relay help lists them.
+// help is dispatch's own: it dispatches again.
+var subcommands = []subcommand{
+	{"serve", serve},
+	{"keygen", func(_ context.Context, args []string, _ func(string) string, stdout, _ io.Writer) error {
 		return keygen(args, stdout)
-	case "token":
-		return mintToken(args, getenv, stdout)
-	case "pubkey":
+	}},
+	{"pubkey", func(_ context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
 		return pubkey(args, getenv, stdout)
-	case "migrate":
-		return migrate(ctx, args, getenv, stdout, stderr)
-	case "send":
-		return sendCmd(ctx, args, getenv, stdout, stderr)
-	case "listen":
-		return listenCmd(ctx, args, getenv, stdout, stderr)
-	case "backup":
-		return backupCmd(ctx, args, getenv, stdout, stderr)
-	case "restore":
-		return restoreCmd(ctx, args, getenv, stdout, stderr)
-	case "invite":
-		return inviteCmd(ctx, args, getenv, stdout, stderr)
-	case "pair":
-		return pairCmd(ctx, args, getenv, stdout, stderr)
-	case "probe":
+	}},
+	{"token", func(_ context.Context, args []string, getenv func(string) string, stdout, _ io.Writer) error {
+		return mintToken(args, getenv, stdout)
+	}},
+	{"migrate", migrate},
+	{"backup", backupCmd},
+	{"restore", restoreCmd},
+	{"send", sendCmd},
+	{"listen", listenCmd},
+	{"invite", inviteCmd},
+	{"pair", pairCmd},
+	{"devices", devicesCmd},
+	{"remove", removeCmd},
+	{"probe", func(ctx context.Context, args []string, _ func(string) string, stdout, _ io.Writer) error {
 		return probe(ctx, args, stdout)
-	case "version":
-		if err := noFlags("version", "Print the version.", args, stdout); err != nil {
+	}},
+	{"version", func(_ context.Context, args []string, _ func(string) string, stdout, _ io.Writer) error {
+		if err := noFlags("version", "Prints the version.", args, stdout); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "relay", readBuild())
 		return nil
-	case "help":
-		// relay help CMD is relay CMD -h.
-		if len(args) > 0 && args[0] != "help" {
-			return dispatch(ctx, []string{args[0], "-h"}, getenv, stdout, stderr)
-		}
-		fmt.Fprintln(stdout, usage)
-		return nil
-	}
-	return fmt.Errorf("unknown command %q; relay help lists them", cmd)
+	}},
 }
 
-// flags is a subcommand's flag set; its usage (-h) goes to stdout.
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd, args := command(args)
+	if cmd == "help" {
+		// relay help CMD is relay CMD -h; relay help -h is relay help.
+		switch {
+		case len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+			fmt.Fprintln(stdout, usage)
+			return nil
+		case strings.HasPrefix(args[0], "-"):
+			return usageErr("help: flag provided but not defined: %s; relay help COMMAND", args[0])
+		case len(args) > 1:
+			return usageErr("help: unexpected argument %q; relay help COMMAND", args[1])
+		}
+		return dispatch(ctx, []string{args[0], "-h"}, getenv, stdout, stderr)
+	}
+	for _, c := range subcommands {
+		if c.name == cmd {
+			return c.run(ctx, args, getenv, stdout, stderr)
+		}
+	}
+	return usageErr("unknown command %q; relay help lists them", cmd)
+}
+
+// flags is a subcommand's flag set; its usage (-h) goes to stdout. about
+// is a one-sentence description, then any more paragraphs.
 func flags(name, synopsis, about string, stdout io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stdout)
+	setHelp(fs, fmt.Sprintf("usage: %s\n\n%s", strings.TrimSpace("relay "+name+" "+synopsis), about))
+	return fs
+}
+
+// setHelp makes fs's -h every command's layout: text (the usage lines, a
+// blank line, the description), a blank line, then "flags:" and the flags.
+func setHelp(fs *flag.FlagSet, text string) {
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n", strings.TrimSpace("relay "+name+" "+synopsis), about)
+		w := fs.Output()
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n == 0 {
+			fmt.Fprintf(w, "%s\n\nflags: none\n", text)
+			return
+		}
+		fmt.Fprintf(w, "%s\n\nflags:\n", text)
 		fs.PrintDefaults()
 	}
-	return fs
 }
 
 // noFlags parses the arguments of a subcommand that takes none.
@@ -140,7 +184,7 @@ func noFlags(name, about string, args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", name, fs.Arg(0))
+		return usageErr("%s: unexpected argument %q", name, fs.Arg(0))
 	}
 	return nil
 }
@@ -150,7 +194,7 @@ func noEnv(string) string { return "" }
 // probe is a health check that needs nothing but this binary, for
 // container images that have no shell or curl.
 func probe(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flags("probe", "[URL]", "GET the URL (default http://127.0.0.1:8080/ready); exit 0 on 200.", stdout)
+	fs := flags("probe", "[URL]", "GETs the URL (default http://127.0.0.1:8080/ready) and exits 0 when it answers 200.", stdout)
 	if _, err := config.Parse(fs, args, nil, noEnv); err != nil {
 		return err
 	}
@@ -160,7 +204,7 @@ func probe(ctx context.Context, args []string, stdout io.Writer) error {
 	case 1:
 		target = fs.Arg(0)
 	default:
-		return fmt.Errorf("probe: unexpected argument %q", fs.Arg(1))
+		return usageErr("probe: unexpected argument %q", fs.Arg(1))
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -196,6 +240,8 @@ commands:
   invite   make a pairing code (and QR code) for a device: relay invite -h
   pair     redeem an invitation's code; keep the device's credentials in a
            file that send and listen take with -store: relay pair -h
+  devices  list the household's devices, with the issuer key: relay devices -h
+  remove   remove a device of the household: relay remove NAME
   probe    GET a URL (default http://127.0.0.1:8080/ready), exit 0 on 200:
            a health check for images without a shell
   version  print the version

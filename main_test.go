@@ -102,7 +102,7 @@ func TestHelp(t *testing.T) {
 }
 
 // TestBadFlagNamesIt: every subcommand's bad flag is an error that names
-// the flag, on one line, and the binary exits 1 with it.
+// the flag, on one line, and the binary exits 2 with it: a usage mistake.
 func TestBadFlagNamesIt(t *testing.T) {
 	dir := t.TempDir()
 	vars := env(map[string]string{"FN_DATABASE_URL": "sqlite:" + filepath.Join(dir, "r.db"), "FN_LISTEN": "127.0.0.1:0"})
@@ -128,7 +128,7 @@ func TestBadFlagNamesIt(t *testing.T) {
 	cmd := exec.Command(relayBin, "serve", "-max-wait-secs", "soon")
 	cmd.Env = []string{"FN_LISTEN=127.0.0.1:0", "FN_DATABASE_URL=sqlite:" + filepath.Join(dir, "r.db")}
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "-max-wait-secs") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "-max-wait-secs") {
 		t.Errorf("relay serve -max-wait-secs soon: %v, %q", err, out)
 	}
 }
@@ -419,13 +419,22 @@ func TestFirstRun(t *testing.T) {
 // the key file's absolute path, quoted for the shell when needed, in text
 // and in the JSON log line alike (TestInvite runs the invite command).
 func TestWelcomeNamesBinaryAndKey(t *testing.T) {
+	// A second go run . runs the binary from the build cache.
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join("50", "503f93d28aad7d8e66ec85e9fb8f8a4d8613203700f2122af86bf547969d81fe-d", "relay")
 	for arg0, want := range map[string]string{
-		"/tmp/go-build123456/b001/exe/relay": "go run .",
-		"./relay":                            "./relay",
-		"relay":                              "relay",
-		"/opt/my relay/relay":                "'/opt/my relay/relay'",
-		"/opt/it's/relay":                    `'/opt/it'\''s/relay'`,
-		"/home/me/go-build/relay":            "/home/me/go-build/relay",
+		"/tmp/go-build123456/b001/exe/relay":           "go run .",
+		filepath.Join(cache, "go-build", entry):        "go run .",
+		filepath.Join("/srv/gocache", entry):           "go run .", // GOCACHE elsewhere
+		"./relay":                                      "./relay",
+		"relay":                                        "relay",
+		"/opt/my relay/relay":                          "'/opt/my relay/relay'",
+		"/opt/it's/relay":                              `'/opt/it'\''s/relay'`,
+		"/home/me/go-build/relay":                      "/home/me/go-build/relay",
+		"/srv/50/503f93d28aad7d8e66ec85e9fb8f-d/relay": "/srv/50/503f93d28aad7d8e66ec85e9fb8f-d/relay",
 	} {
 		if got := selfCommand(arg0); got != want {
 			t.Errorf("selfCommand(%q) = %q, want %q", arg0, got, want)

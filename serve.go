@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -36,21 +36,17 @@ import (
 	wakeredis "github.com/flamenet/relay/wake/redis"
 )
 
-// loadConfig reads a command's flags and the FN_* environment. Its usage
-// (-h) goes to stdout.
-func loadConfig(name string, args []string, getenv func(string) string, stdout io.Writer) (config.Config, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: relay %s [flags]\n\nEvery flag also reads its FN_* variable; a flag wins over the variable.\n\n", name)
-		fs.PrintDefaults()
-	}
-	cfg, err := config.Load(fs, args, getenv)
+// loadConfig reads a command's flags and the FN_* environment: the
+// settings envs names, or every one. about is the command's one-sentence
+// description; its usage (-h) goes to stdout.
+func loadConfig(name, about string, args []string, getenv func(string) string, stdout io.Writer, envs ...string) (config.Config, error) {
+	fs := flags(name, "[flags]", about+"\n\nEvery flag also reads its FN_* variable; a flag wins over the variable.", stdout)
+	cfg, err := config.LoadOnly(fs, args, getenv, envs...)
 	if err != nil {
 		return config.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return config.Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return config.Config{}, usageErr("%s: unexpected argument %q", name, fs.Arg(0))
 	}
 	return cfg, nil
 }
@@ -124,7 +120,7 @@ func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay
 }
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig("serve", args, getenv, stdout)
+	cfg, err := loadConfig("serve", "Runs the relay until SIGINT or SIGTERM, when it drains and stops.", args, getenv, stdout)
 	if err != nil {
 		return err
 	}
@@ -161,7 +157,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	heldPolls := heldPollCap(cfg, log)
 	memoryTarget(getenv, log)
 
-	st, err := openStore(ctx, cfg, log)
+	st, err := openBackend(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
@@ -308,10 +304,17 @@ func pushConfig(cfg config.Config, log *slog.Logger) push.Config {
 	}
 }
 
-// openStore opens the backend FN_DATABASE_URL names.
+// openStore opens the backend FN_DATABASE_URL names, for relay migrate,
+// which may run beside a relay that serves it.
 func openStore(ctx context.Context, cfg config.Config, log *slog.Logger) (store.Store, error) {
+	return openBackend(ctx, cfg, log, false)
+}
+
+// openBackend opens the backend FN_DATABASE_URL names; serving: for relay
+// serve, which must be the only relay on a SQLite database.
+func openBackend(ctx context.Context, cfg config.Config, log *slog.Logger, serving bool) (store.Store, error) {
 	if cfg.Database.Kind == config.SQLite {
-		db, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.Database.Path, Synchronous: cfg.SQLiteSynchronous, Logger: log})
+		db, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.Database.Path, Synchronous: cfg.SQLiteSynchronous, Logger: log, Serve: serving})
 		if err != nil {
 			return nil, fmt.Errorf("FN_DATABASE_URL: %w", err)
 		}
@@ -342,7 +345,7 @@ func openHub(ctx context.Context, cfg config.Config, log *slog.Logger, reg prome
 	}
 	ctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
 	defer cancel()
-	hub, err := wakeredis.New(ctx, client, wakeredis.Config{Logger: log, Registerer: reg})
+	hub, err := wakeredis.New(ctx, client, wakeredis.Config{Prefix: cfg.RedisChannelPrefix, Logger: log, Registerer: reg})
 	if err != nil {
 		client.Close()
 		return nil, nil, fmt.Errorf("FN_REDIS_URL: %w", err)
@@ -476,12 +479,30 @@ as an admin device, with the code this prints:
 }
 
 // selfCommand is how to run this binary again, from its argv[0]: "go run ."
-// when go run built it in a temporary directory, else argv[0] as typed.
+// when go run built it, else argv[0] as typed.
 func selfCommand(arg0 string) string {
-	if strings.Contains(filepath.ToSlash(arg0), "/go-build") && filepath.Base(filepath.Dir(arg0)) == "exe" {
+	if goRunBuilt(arg0) {
 		return "go run ."
 	}
 	return shellQuote(arg0)
+}
+
+// cacheEntry is the end of a build cache entry's directory, GOCACHE/xx/HASH-d,
+// where go run keeps what it built and runs it from, from the second run on.
+var cacheEntry = regexp.MustCompile(`(^|/)[0-9a-f]{2}/[0-9a-f]{64}-d$`)
+
+// goRunBuilt: arg0 is where go run puts what it builds: a temporary
+// go-build directory on a first run, the build cache after. The cache is
+// found by its default place, or wherever GOCACHE is, by its entries' shape.
+func goRunBuilt(arg0 string) bool {
+	dir := filepath.Dir(arg0)
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") && filepath.Base(dir) == "exe" {
+		return true
+	}
+	if cache, err := os.UserCacheDir(); err == nil && strings.HasPrefix(arg0, filepath.Join(cache, "go-build")+string(filepath.Separator)) {
+		return true
+	}
+	return cacheEntry.MatchString(filepath.ToSlash(dir))
 }
 
 // shellQuote quotes s for a POSIX shell when it needs quoting.

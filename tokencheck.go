@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -20,19 +22,31 @@ import (
 // printed why the relay would refuse the token.
 var errRefused = &exitError{code: 1}
 
+// askExit is token check's exit status when -url names a relay it could
+// not ask: no verdict, which a script must not read as refused.
+const askExit = 3
+
 // checkToken is `relay token check`: it shows what a token says and
 // whether a relay with the same issuer settings would accept it, using the
 // relay's own verification (package token) and name rule.
 func checkToken(args []string, getenv func(string) string, stdout io.Writer) error {
-	fset := flags("token check", `[-issuer-keys KEYS] [-issuer-key-file FILE] TOKEN|-
-       relay token check [flags] -token-file FILE`, `Prints a token's header and claims, then "valid", or why a relay trusting
-these keys refuses it. "-" reads the token from standard input. The keys are
-the relay's own settings: FN_ISSUER_KEYS, or when that is empty the key in
-FN_ISSUER_KEY_FILE. Exit status 0 when valid, 1 otherwise.`, stdout)
+	fset := flags("token check", `[-issuer-keys KEYS] [-issuer-key-file FILE] [-url URL] TOKEN|-
+       relay token check [flags] -token-file FILE`, `Prints a token's header and claims, then why a relay trusting these keys
+refuses it, or that its signature and expiry are valid. "-" reads the token
+from standard input. The keys are the relay's own settings: FN_ISSUER_KEYS,
+or when that is empty the key in FN_ISSUER_KEY_FILE.
+
+Whether the token's device was removed (its tokens issued before then are
+refused) only the relay knows: -url asks the relay at URL with the token
+(GET /v1/devices, which changes nothing) and prints its verdict.
+
+Exit status 0 when valid (with -url: the relay accepts it), 1 when
+refused, 3 when -url's relay could not be asked.`, stdout)
 	keysFlag := fset.String("issuer-keys", "", "comma-separated base64 Ed25519 public keys the relay trusts (env FN_ISSUER_KEYS)")
 	keyFile := fset.String("issuer-key-file", config.Default().IssuerKeyFile,
 		"issuer private key file the relay trusts when no keys are given (env FN_ISSUER_KEY_FILE); it is read, never created")
 	tokenFile := fset.String("token-file", "", "read the token from this file instead of an argument")
+	url := fset.String("url", "", "also ask the relay at this base URL whether it accepts the token (default: offline)")
 	env := map[string]string{"issuer-keys": "FN_ISSUER_KEYS", "issuer-key-file": "FN_ISSUER_KEY_FILE"}
 	if _, err := config.Parse(fset, args, getenv, func(f string) string { return env[f] }); err != nil {
 		return err
@@ -69,8 +83,42 @@ FN_ISSUER_KEY_FILE. Exit status 0 when valid, 1 otherwise.`, stdout)
 	if c.IssuedAt.IsZero() {
 		fmt.Fprintln(stdout, "note     no iat: refused as soon as its device is ever removed")
 	}
-	fmt.Fprintln(stdout, "valid")
-	return nil
+	if *url == "" {
+		fmt.Fprintln(stdout, "valid signature and expiry; whether the device was removed only the relay knows (-url asks it)")
+		return nil
+	}
+	return askRelay(*url, raw, stdout)
+}
+
+// askRelay asks the relay at base whether it accepts tok: what an offline
+// check cannot know is whether the device was removed after tok was
+// issued. GET /v1/devices is the authenticated call that changes nothing.
+func askRelay(base, tok string, stdout io.Writer) error {
+	base = strings.TrimRight(base, "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/devices?limit=1", nil)
+	if err != nil {
+		return &exitError{code: askExit, err: fmt.Errorf("token check: -url: %w", err)}
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return &exitError{code: askExit, err: fmt.Errorf("token check: asking the relay: %w", err)}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		fmt.Fprintf(stdout, "valid: the relay at %s accepts it\n", base)
+		return nil
+	case http.StatusUnauthorized:
+		// The offline check passed, so the relay knows what it did not.
+		fmt.Fprintf(stdout, "refused: the relay at %s answers 401: the device was removed after the token was issued, or the relay trusts other keys than these\n", base)
+		return errRefused
+	}
+	return &exitError{code: askExit, err: fmt.Errorf("token check: the relay at %s answered %s: %s", base, resp.Status, strings.TrimSpace(string(body)))}
 }
 
 // readToken takes the token from -token-file, the argument, or standard

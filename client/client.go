@@ -13,7 +13,10 @@
 // Send, Poll and Ack make one request each through the *Once and plain
 // variants; Send and Listen retry as the protocol's "What a correct client
 // does" says. A Sealer (NewSealer) sends and listens with envelopes sealed
-// end to end (package seal, docs/E2E.md).
+// end to end (package seal, docs/E2E.md). Devices and Directory read the
+// household's directory; an admin device (a token of scope admin) also
+// invites devices (Invite, Invitations, CancelInvitation) and removes them
+// (RemoveDevice).
 //
 // # Paired devices
 //
@@ -34,8 +37,9 @@
 // the renewal spent the old secret; concurrent calls wait for one
 // renewal. A refused renewal (the secret was replayed elsewhere, which
 // revokes all of the device's secrets; it expired; the device was removed)
-// is final: calls fail with an error wrapping ErrUnauthorized, and
-// WithStateFunc's callback hears StateUnauthorized. New(url, token) is
+// is final: calls fail with an error wrapping ErrUnauthorized, whose text
+// ends with the next step (a new invitation), and WithStateFunc's
+// callback hears StateUnauthorized. New(url, token) is
 // NewWithCredentials(url, StaticToken(token)).
 package client
 

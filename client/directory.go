@@ -72,7 +72,10 @@ type DirectoryEntry struct {
 	IdentityKey []byte `json:"identity_key" msgpack:"identity_key"`
 	// X25519Key is the relay's Montgomery form of IdentityKey. A client
 	// that seals derives it from the key it pinned instead (package seal).
-	X25519Key    []byte `json:"x25519_key" msgpack:"x25519_key"`
+	X25519Key []byte `json:"x25519_key" msgpack:"x25519_key"`
+	// PushKind is the kind of the device's push target ("unifiedpush",
+	// "webpush", "apns", "fcm"), or "none"; the target itself is never shown.
+	PushKind     string `json:"push_kind" msgpack:"push_kind"`
 	RegisteredAt string `json:"registered_at" msgpack:"registered_at"`
 	LastSeen     string `json:"last_seen" msgpack:"last_seen"`
 }

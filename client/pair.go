@@ -26,8 +26,9 @@ type PairOptions struct {
 
 // Pair redeems an invitation's code at the relay at baseURL (POST
 // /v1/pair, no token needed), saves the device's credentials in
-// opts.Store and returns them. A wrong, used or expired code is a *Error
-// with Status 401; NewRenewing then keeps the credentials fresh:
+// opts.Store and returns them. A wrong, used or expired code is an error
+// that wraps the relay's *Error with Status 401 (errors.As) and says to
+// ask for a new invitation; NewRenewing then keeps the credentials fresh:
 //
 //	store := client.FileStore("phone.json")
 //	if _, err := client.Pair(ctx, url, "ABCDE-FGHJK", client.PairOptions{Store: store}); err != nil { ... }
@@ -54,6 +55,12 @@ func Pair(ctx context.Context, baseURL, code string, opts PairOptions) (Credenti
 	}
 	var c Credentials
 	if err := postJSON(ctx, originOnly(opts.HTTPClient), timeout, base+"/v1/pair", body, &c); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
+			// The relay gives one 401 for every cause; each needs a
+			// new invitation.
+			return Credentials{}, fmt.Errorf("client: pairing refused (%w): the code is wrong, used, expired or cancelled; ask an admin for a new invitation", err)
+		}
 		return Credentials{}, err
 	}
 	if err := c.valid(); err != nil {

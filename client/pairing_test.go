@@ -424,11 +424,48 @@ func testRemovedDeviceUnauthorized(t *testing.T, mode pairtest.Mode) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
-	if _, err := phone.Register(ctx); !errors.Is(err, client.ErrUnauthorized) {
+	_, err := phone.Register(ctx)
+	if !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("Register after the removal: %v, want ErrUnauthorized", err)
 	}
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != 401 {
+		t.Fatalf("Register after the removal: %v, want the relay's 401", err)
+	}
+	wantNextStep(t, "Register after the removal", err, "ask an admin for a new invitation and pair again")
+	// Later calls fail with the same words, without asking the relay.
+	_, err = phone.Register(ctx)
+	wantNextStep(t, "the next Register", err, "ask an admin for a new invitation and pair again")
 	if k := st.kinds(); k[len(k)-1] != client.StateUnauthorized {
 		t.Fatalf("states %v", k)
+	}
+
+	// A listener, the case: it ends with the same next step.
+	tablet, _ := paired(t, cr, "tablet", &client.MemoryStore{}, client.WithWait(1))
+	if _, err := tablet.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := cr.Remove("tablet"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = tablet.Listen(lctx, &client.MemoryCursor{}, func(context.Context, client.Envelope) error { return nil })
+	if !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("Listen after the removal: %v, want ErrUnauthorized", err)
+	}
+	wantNextStep(t, "Listen after the removal", err, "ask an admin for a new invitation and pair again")
+}
+
+// wantNextStep fails unless err's text ends with next, the step that
+// helps: a refusal that only repeats the relay's words leaves the user
+// guessing.
+func wantNextStep(t *testing.T, what string, err error, next string) {
+	t.Helper()
+	if err == nil || !strings.HasSuffix(err.Error(), next) {
+		t.Fatalf("%s: %v; want it to end with %q", what, err, next)
 	}
 }
 
@@ -481,6 +518,7 @@ func testPairRefused(t *testing.T, mode pairtest.Mode) {
 	if !errors.As(err, &e) || e.Status != 401 {
 		t.Fatalf("Pair: %v, want a 401", err)
 	}
+	wantNextStep(t, "Pair with a wrong code", err, "ask an admin for a new invitation")
 	if _, err := store.Load(context.Background()); !errors.Is(err, client.ErrNoCredentials) {
 		t.Fatalf("store after a refusal: %v", err)
 	}

@@ -177,7 +177,7 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 		switch {
 		case f.err == nil:
 		case errors.As(f.err, &e) && !e.Temporary():
-			r.refused = fmt.Errorf("%w: renewal refused: %w", ErrUnauthorized, f.err)
+			r.refused = renewalRefused(f.err, e)
 		case ctx.Err() != nil:
 			// This caller gave up; a waiter with time left renews.
 		default:
@@ -191,6 +191,17 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 		}
 		renewed = f.err == nil
 	}
+}
+
+// renewalRefused is the final error of a renewal the relay refused (e,
+// within err). The relay gives one 401 for every cause, so the error names
+// them and the one step that helps with each: a new invitation.
+func renewalRefused(err error, e *Error) error {
+	if e.Status != http.StatusUnauthorized {
+		return fmt.Errorf("%w: renewal refused (%w)", ErrUnauthorized, err)
+	}
+	return fmt.Errorf("%w: renewal refused (%w): this device's pairing was removed, or its renewal secret expired or was used by another copy of it; ask an admin for a new invitation and pair again",
+		ErrUnauthorized, err)
 }
 
 // renew exchanges secret for a new set, saves it, and only then makes it

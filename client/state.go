@@ -139,14 +139,21 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 }
 
 // refusedError is the relay's 401 after the credential source could not
-// help: it reads as the relay's answer and is both a *Error (errors.As)
-// and ErrUnauthorized (errors.Is).
+// help: it is both a *Error (errors.As) and ErrUnauthorized (errors.Is).
+// It reads as the relay's answer, or, when a renewal was refused, as that
+// refusal, which says what to do next.
 type refusedError struct {
 	relay *Error
 	why   error
 }
 
-func (e *refusedError) Error() string   { return e.relay.Error() }
+func (e *refusedError) Error() string {
+	if e.why != ErrUnauthorized {
+		return e.why.Error()
+	}
+	return e.relay.Error()
+}
+
 func (e *refusedError) Unwrap() []error { return []error{e.relay, e.why} }
 
 // transportNow is what Listen last received over; "" before it ran.

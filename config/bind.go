@@ -17,9 +17,9 @@ import (
 //
 // Every error is one line that names where the value came from: the flag
 // package's own for the command line ("invalid value "x" for flag -wait:
-// ..."), VAR="value": ... for the environment. On -h it writes fs's usage
-// to fs's output and returns flag.ErrHelp; on an error it writes nothing,
-// the caller reports the error.
+// ..."), a *FlagError, VAR="value": ... for the environment. On -h it
+// writes fs's usage to fs's output and returns flag.ErrHelp; on an error
+// it writes nothing, the caller reports the error.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string, envOf func(flag string) string) ([]string, error) {
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
@@ -30,7 +30,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string, envOf fu
 		return nil, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, &FlagError{err}
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -53,6 +53,14 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string, envOf fu
 	})
 	return applied, envErr
 }
+
+// FlagError is a mistake on the command line (an unknown flag, a bad
+// value for one), which commands report differently from a bad value in
+// the environment: the person typing can fix it at once.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
 
 // Settings is the table of every setting, in the order the docs show.
 func Settings() []Setting { return slices.Clone(settings) }
@@ -91,8 +99,12 @@ func (v settingValue) Set(s string) error { return v.s.set(v.c, s) }
 // usage of commands that read the configuration use it.
 func Bind(fs *flag.FlagSet, c *Config) {
 	for _, s := range settings {
-		fs.Var(settingValue{s, c}, s.Flag(), fmt.Sprintf("%s (env %s, default %q)", s.Usage, s.Env, s.Default))
+		s.bind(fs, c)
 	}
+}
+
+func (s Setting) bind(fs *flag.FlagSet, c *Config) {
+	fs.Var(settingValue{s, c}, s.Flag(), fmt.Sprintf("%s (env %s, default %q)", s.Usage, s.Env, s.Default))
 }
 
 // Load reads the configuration: each setting's flag in args wins over its
@@ -102,15 +114,26 @@ func Bind(fs *flag.FlagSet, c *Config) {
 // the variable it came from; so is a combination of settings that cannot
 // work together. -h writes the usage and returns flag.ErrHelp.
 func Load(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	return LoadOnly(fs, args, getenv)
+}
+
+// LoadOnly is Load for a command that uses only some settings: envs names
+// them (none: every one). The others keep their defaults and are neither
+// flags nor read from the environment, so that the command's usage lists
+// what it uses and a setting it ignores cannot stop it.
+func LoadOnly(fs *flag.FlagSet, args []string, getenv func(string) string, envs ...string) (Config, error) {
 	var c Config
 	for _, s := range settings {
 		if err := s.set(&c, s.Default); err != nil {
 			panic(fmt.Sprintf("config: default of %s: %v", s.Env, err)) // a constant; a bad one is a programming error
 		}
 	}
-	Bind(fs, &c)
 	envOf := map[string]string{}
 	for _, s := range settings {
+		if len(envs) > 0 && !slices.Contains(envs, s.Env) {
+			continue
+		}
+		s.bind(fs, &c)
 		envOf[s.Flag()] = s.Env
 	}
 	if _, err := Parse(fs, args, getenv, func(f string) string { return envOf[f] }); err != nil {

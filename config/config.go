@@ -71,6 +71,7 @@ type Config struct {
 
 	RelayReplicas        int
 	RedisURL             string
+	RedisChannelPrefix   string
 	RedisConnsPerLoop    int // the publish pool per GOMAXPROCS; see RedisPoolSize
 	PostgresConnsPerLoop int
 	SendInflight         int
@@ -239,6 +240,15 @@ var settings = []Setting{
 		return err
 	}},
 	{"FN_REDIS_URL", "", "Redis for wake-ups across replicas: redis://host:6379/0, rediss://, ?cluster=true or ?master_name= for Sentinel", str(func(c *Config) *string { return &c.RedisURL })},
+	// The database number follows because Redis's pub/sub ignores it
+	// (wake/redis); the prefix is for fleets sharing one database.
+	{"FN_REDIS_CHANNEL_PREFIX", "fn:wake:", "starts the names of the Redis wake channels, followed by FN_REDIS_URL's database number unless it is 0 (Redis shares channels among its databases); fleets sharing one Redis database need different prefixes, and every relay of a fleet the same", func(c *Config, v string) error {
+		if v == "" || len(v) > 100 || strings.ContainsAny(v, "{} \t\r\n") {
+			return errors.New("want 1 to 100 characters, without braces (Cluster hash tags) or white space")
+		}
+		c.RedisChannelPrefix = v
+		return nil
+	}},
 	{"FN_REDIS_MAX_CONNECTIONS_PER_LOOP", "2", "Redis publish pool per GOMAXPROCS; held polls hold no Redis connection (each relay adds one subscriber connection, one per master with a Cluster)", func(c *Config, v string) error {
 		n, err := positive(v, 1024)
 		c.RedisConnsPerLoop = int(n)

@@ -205,3 +205,40 @@ func TestPairingSettings(t *testing.T) {
 		t.Errorf("got %q %v %v", c.PublicURL, c.InviteTTL, c.AccessTokenTTL)
 	}
 }
+
+// TestFlagErrorMarksTheCommandLine: a mistake on the command line is a
+// *FlagError, a bad variable is not, so that commands can tell the two
+// apart (exit 2 and 1).
+func TestFlagErrorMarksTheCommandLine(t *testing.T) {
+	var fe *FlagError
+	for _, args := range [][]string{{"-no-such-flag"}, {"-max-wait-secs", "soon"}} {
+		if _, err := load(args, nil); !errors.As(err, &fe) {
+			t.Errorf("%q: %v is not a *FlagError", args, err)
+		}
+	}
+	if _, err := load(nil, map[string]string{"FN_MAX_WAIT_SECS": "soon"}); err == nil || errors.As(err, &fe) {
+		t.Errorf("a bad variable: %v, want an error that is not a *FlagError", err)
+	}
+}
+
+// TestLoadOnly: only the named settings are flags and read from the
+// environment; the others keep their defaults.
+func TestLoadOnly(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	vars := map[string]string{"FN_LOG_LEVEL": "debug", "FN_MAX_WAIT_SECS": "soon", "FN_RELAY_REPLICAS": "2"}
+	c, err := LoadOnly(fs, []string{"-database-url", "sqlite:x.db"}, env(vars), "FN_DATABASE_URL", "FN_LOG_LEVEL")
+	if err != nil || c.DatabaseURL != "sqlite:x.db" || c.LogLevel != "debug" || c.MaxWait != Default().MaxWait || c.RelayReplicas != 1 {
+		t.Fatalf("%+v, %v", c, err)
+	}
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n != 2 {
+		t.Errorf("%d flags, want 2", n)
+	}
+	fs = flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if _, err := LoadOnly(fs, []string{"-max-wait-secs", "5"}, env(nil), "FN_DATABASE_URL"); err == nil {
+		t.Error("a setting left out is still a flag")
+	}
+}

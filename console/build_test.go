@@ -19,7 +19,8 @@ var update = flag.Bool("update", false, "rewrite assets/ from a fresh build of w
 // TestAssetsBuilt holds the committed assets/ to a fresh build: web/'s
 // page and style as they are, console.ts compiled against the TypeScript
 // client's types, and the client's compiled modules that console.js
-// imports, and nothing else. With -update it writes the build to
+// imports, the pairing page (web/pair/, its pair.ts compiled), and
+// nothing else. With -update it writes the build to
 // assets/. Needs node and npm (npm ci fetches the TypeScript compiler).
 func TestAssetsBuilt(t *testing.T) {
 	want := build(t)
@@ -96,7 +97,7 @@ func build(t *testing.T) map[string][]byte {
 	conf, err := json.Marshal(map[string]any{
 		"extends":         filepath.Join(web, "tsconfig.json"),
 		"compilerOptions": map[string]any{"rootDirs": []string{web, types}, "rootDir": web, "outDir": out},
-		"files":           []string{filepath.Join(web, "console.ts")},
+		"files":           []string{filepath.Join(web, "console.ts"), filepath.Join(web, "pair", "pair.ts")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +112,11 @@ func build(t *testing.T) map[string][]byte {
 	}
 
 	files := map[string][]byte{}
-	for _, name := range []string{"index.html", "console.css", "favicon.svg"} {
-		files[name] = read(t, filepath.Join(web, name))
+	for _, name := range []string{"index.html", "console.css", "favicon.svg", "pair/index.html", "pair/pair.css"} {
+		files[name] = read(t, filepath.Join(web, filepath.FromSlash(name)))
 	}
 	files["console.js"] = read(t, filepath.Join(out, "console.js"))
+	files["pair/pair.js"] = read(t, filepath.Join(out, "pair", "pair.js"))
 	// The client's modules console.js needs, and theirs.
 	imports := regexp.MustCompile(`(?m)^(?:import|export)\b[^;]*?\bfrom "\./((?:client/)?[a-z0-9-]+\.js)";`)
 	todo := []string{"console.js"}

@@ -1,7 +1,8 @@
 // Package console is the household console: a page served by the relay
 // (FN_CONSOLE) on which an admin device pairs the browser, sees the
-// household's devices, removes one and invites another. Its files are
-// built from web/ and the TypeScript client into assets/, which are
+// household's devices, removes one and invites another, and the pairing
+// page that an app device's invitation link opens (PairPage). Their files
+// are built from web/ and the TypeScript client into assets/, which are
 // committed and embedded, so that running the relay needs no build step
 // (build_test.go holds them to a fresh build).
 package console
@@ -81,16 +82,47 @@ var files = func() map[string]file {
 
 // Handler serves the console's files at the paths below its mount point
 // ("/" is index.html), GET and HEAD, with SetHeaders' headers; a path
-// that is not a file goes to notFound (with the same headers).
+// that is not a file goes to notFound (with the same headers). The
+// pairing page's files (PairPage) are not the console's.
 func Handler(notFound http.Handler) http.Handler {
+	return serve(notFound, func(name string) string {
+		if strings.HasPrefix(name, pairDir) {
+			return ""
+		}
+		return name
+	})
+}
+
+// pairDir holds the pairing page's files in assets/.
+const pairDir = "pair/"
+
+// PairPage serves the pairing page, which an app device's invitation
+// link opens (docs/PROTOCOL.md, "Pairing"), as Handler serves the
+// console: its files are assets/pair/, "/" its index.html, and the
+// console's icon. The page shows the code in the link's fragment and
+// hands it to the app; it never calls the relay, so it cannot spend the
+// code, and needs no console (FN_CONSOLE) to be served.
+func PairPage(notFound http.Handler) http.Handler {
+	return serve(notFound, func(name string) string {
+		if name == "favicon.svg" {
+			return name
+		}
+		return pairDir + name
+	})
+}
+
+// serve serves the file that asset names for the request's path below
+// the mount point ("" when none).
+func serve(notFound http.Handler, asset func(name string) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		SetHeaders(w.Header())
 		name := strings.TrimPrefix(r.URL.Path, "/")
-		if name == "" {
-			name = "index.html"
+		if name == "" || strings.HasSuffix(name, "/") {
+			name += "index.html"
 		}
+		name = asset(name)
 		f, ok := files[name]
-		if !ok || f.contentType == "" {
+		if name == "" || !ok || f.contentType == "" {
 			notFound.ServeHTTP(w, r)
 			return
 		}

@@ -229,12 +229,14 @@ func startFront(t *testing.T, p frontProxy, bin, relayBin string) (*relayProc, *
 }
 
 // checkConsole: the household console (FN_CONSOLE) works through the
-// proxy: its page and modules arrive with their security headers, and
-// the pairing link of an invitation made through it, and its QR code,
-// name the proxy's https origin (X-Forwarded-Proto from a trusted proxy).
+// proxy: its page and modules, and the pairing page an app device's link
+// opens, arrive with their security headers, and the pairing link of an
+// invitation made through it, and its QR code, name the proxy's https
+// origin (X-Forwarded-Proto from a trusted proxy).
 func checkConsole(t *testing.T, name string, client *http.Client, base, admin string) {
 	t.Helper()
-	for path, ct := range map[string]string{"/console/": "text/html", "/console/console.js": "text/javascript", "/console/client/credentials.js": "text/javascript"} {
+	for path, ct := range map[string]string{"/console/": "text/html", "/console/console.js": "text/javascript", "/console/client/credentials.js": "text/javascript",
+		"/pair/": "text/html", "/pair/pair.js": "text/javascript"} {
 		r := do(t, client, "GET", base+path, "", "", nil)
 		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), ct) ||
 			r.header.Get("Content-Security-Policy") != console.Policy || r.header.Get("X-Frame-Options") != "DENY" ||
@@ -244,7 +246,7 @@ func checkConsole(t *testing.T, name string, client *http.Client, base, admin st
 	}
 	r := do(t, client, "POST", base+"/v1/invitations", admin, `{"device":"watch"}`, nil)
 	var inv struct{ Code, URL string }
-	if r.status != http.StatusCreated || json.Unmarshal(r.body, &inv) != nil || inv.URL != base+"/console/#pair="+inv.Code+"&household=home" {
+	if r.status != http.StatusCreated || json.Unmarshal(r.body, &inv) != nil || inv.URL != base+"/pair/#code="+inv.Code+"&household=home" {
 		t.Fatalf("an invitation through %s: %d %s (want its link on %s)", name, r.status, r.body, base)
 	}
 	r = do(t, client, "POST", base+"/console/qr", admin, `{"code":"`+inv.Code+`"}`, nil)

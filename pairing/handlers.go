@@ -88,7 +88,7 @@ func (p *Pairing) CreateInvitation(w http.ResponseWriter, r *http.Request, c *to
 		return err
 	}
 	p.api.Write(w, r, http.StatusCreated, InvitationResponse{
-		Code: code, URL: p.link(r, c.Household, norm),
+		Code: code, URL: p.link(r, c.Household, norm, req.Scope),
 		Household: c.Household, Device: req.Device, Scope: req.Scope, Replace: req.Replace, ExpiresAt: wire.Timestamp(expires),
 	})
 	return nil
@@ -119,24 +119,32 @@ func (p *Pairing) CancelInvitation(w http.ResponseWriter, r *http.Request, c *to
 }
 
 // link is the pairing link of a code (normalizeCode's spelling) of
-// household's: the console's page, which names the household and asks
-// before it pairs with the code after the #.
-func (p *Pairing) link(r *http.Request, household, code string) string {
-	return p.publicBase(r) + "/console/#pair=" + code[:codeLen/2] + "-" + code[codeLen/2:] +
-		"&household=" + url.QueryEscape(household)
+// household's, for an invitation of scope. An admin's opens the console,
+// which pairs the browser with it once asked; an app device's opens the
+// pairing page (/pair/), which only shows the code and hands it to the
+// app: a browser that spent it would be a device the console cannot use.
+// The code is after the #, which browsers send to no server.
+func (p *Pairing) link(r *http.Request, household, code, scope string) string {
+	spelled := code[:codeLen/2] + "-" + code[codeLen/2:]
+	if scope == token.ScopeAdmin {
+		return p.publicBase(r) + "/console/#pair=" + spelled + "&household=" + url.QueryEscape(household) + "&scope=admin"
+	}
+	return p.publicBase(r) + "/pair/#code=" + spelled + "&household=" + url.QueryEscape(household)
 }
 
 // QRLink reads POST /console/qr's body, an invitation's code (never in
-// the URL, so that no access log or proxy log holds it), for an admin
-// token, and returns the code's pairing link: the one POST
-// /v1/invitations answered for it. The code is not looked up, only read,
-// and never logged.
+// the URL, so that no access log or proxy log holds it) and its scope
+// (device when absent), for an admin token, and returns the code's
+// pairing link: the one POST /v1/invitations answered for it. The code is
+// not looked up, only read, and never logged; the scope is the admin's
+// word, and only chooses which of the household's pages the link opens.
 func (p *Pairing) QRLink(w http.ResponseWriter, r *http.Request, c *token.Claims) (string, error) {
 	if err := requireAdmin(c, "ask for invitation QR codes"); err != nil {
 		return "", err
 	}
 	var req struct {
-		Code string `json:"code" msgpack:"code"`
+		Code  string `json:"code" msgpack:"code"`
+		Scope string `json:"scope" msgpack:"scope"`
 	}
 	if err := read(w, r, &req); err != nil {
 		return "", err
@@ -145,7 +153,12 @@ func (p *Pairing) QRLink(w http.ResponseWriter, r *http.Request, c *token.Claims
 	if !ok {
 		return "", badRequest("code must be an invitation code (ABCDE-FGHJK).")
 	}
-	return p.link(r, c.Household, code), nil
+	switch req.Scope {
+	case "", token.ScopeDevice, token.ScopeAdmin:
+	default:
+		return "", badRequest("scope must be device or admin.")
+	}
+	return p.link(r, c.Household, code, req.Scope), nil
 }
 
 // publicBase is the relay's base URL as its clients reach it:

@@ -29,6 +29,24 @@ func (s *Server) consoleRoutes(r chi.Router, p *pairing.Pairing) {
 	r.Post("/console/qr", withConsoleHeaders(s.pairingOn(p, s.authed(consoleQR(p)))))
 }
 
+// pairPageRoutes serves the pairing page under /pair/, which an app
+// device's invitation link opens: served whenever the relay pairs,
+// console or not, as the links are made whenever it pairs. Like the
+// console it is a page for people, not part of the protocol (the links'
+// form is).
+func (s *Server) pairPageRoutes(r chi.Router) {
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, errorf(http.StatusNotFound, codeNotFound, "No such endpoint."))
+	})
+	files := http.StripPrefix("/pair", console.PairPage(notFound))
+	r.Get("/pair", func(w http.ResponseWriter, r *http.Request) {
+		console.SetHeaders(w.Header())
+		http.Redirect(w, r, "/pair/", http.StatusMovedPermanently)
+	})
+	r.Get("/pair/*", files.ServeHTTP)
+	r.Head("/pair/*", files.ServeHTTP)
+}
+
 func withConsoleHeaders(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		console.SetHeaders(w.Header())

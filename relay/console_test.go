@@ -11,6 +11,7 @@ import (
 	qrcode "github.com/skip2/go-qrcode"
 
 	"github.com/flamenet/relay/console"
+	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/token"
 )
 
@@ -139,14 +140,110 @@ func TestConsoleQR(t *testing.T) {
 	}
 	h.must("GET", "/console/qr", admin, nil, http.StatusNotFound)
 
+	// The link drawn is the one of the invitation's scope, which the
+	// console sends: an admin's opens the console, an app device's the
+	// pairing page (the default: that page never spends a code).
+	adm := h.invite(admin, "tablet", "admin")
+	for _, tc := range []struct {
+		body map[string]any
+		url  string
+	}{
+		{map[string]any{"code": adm.Code, "scope": "admin"}, adm.URL},
+		{map[string]any{"code": inv.Code, "scope": "device"}, inv.URL},
+	} {
+		want, err := console.QR(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := h.must("POST", "/console/qr", admin, tc.body, http.StatusOK); !bytes.Equal(r.body, want) {
+			t.Errorf("the QR code of %v is not the link %q", tc.body, tc.url)
+		}
+	}
+	if r := h.must("POST", "/console/qr", admin, map[string]any{"code": inv.Code, "scope": "root"}, http.StatusBadRequest); r.errCode(t) != codeBadRequest {
+		t.Errorf("a bad scope: %s", r.body)
+	}
+
 	h.shutdown()
-	for _, c := range []string{inv.Code, strings.ReplaceAll(inv.Code, "-", "")} {
+	for _, c := range []string{inv.Code, strings.ReplaceAll(inv.Code, "-", ""), adm.Code} {
 		if strings.Contains(log.String(), c) {
 			t.Errorf("the log holds the code %s:\n%s", c, log.String())
 		}
 	}
 	if !strings.Contains(log.String(), `"route":"/console/qr"`) {
 		t.Errorf("no access line of the QR requests:\n%s", log.String())
+	}
+}
+
+// TestPairPage: an app device's invitation link opens the pairing page,
+// which the relay serves whenever it pairs, the console off (as here) or
+// on, with the console's strict headers. The page shows the code and
+// hands it to the app; it never redeems it: neither the page nor its
+// script talks to the relay at all. A relay that does not pair serves no
+// such page, and the console's files and the page's are each under their
+// own path only.
+func TestPairPage(t *testing.T) {
+	h, clk := newPairingHarness(t, nil)
+	inv := h.invite(h.adminAt(clk.now()), "phone", "")
+	page, frag, _ := strings.Cut(inv.URL, "#")
+	if page != h.url+"/pair/" || frag != "code="+inv.Code+"&household=home" {
+		t.Fatalf("an app device's link: %q", inv.URL)
+	}
+	var all []byte
+	for p, ct := range map[string]string{
+		"/pair/":            "text/html; charset=utf-8",
+		"/pair/pair.js":     "text/javascript; charset=utf-8",
+		"/pair/pair.css":    "text/css; charset=utf-8",
+		"/pair/favicon.svg": "image/svg+xml",
+	} {
+		r := h.must("GET", p, "", nil, http.StatusOK)
+		if r.header.Get("Content-Type") != ct || r.header.Get("Content-Security-Policy") != console.Policy ||
+			r.header.Get("Referrer-Policy") != "no-referrer" || r.header.Get("X-Frame-Options") != "DENY" || len(r.body) == 0 {
+			t.Errorf("GET %s: %v, %d bytes", p, r.header, len(r.body))
+		}
+		all = append(all, r.body...)
+	}
+	html := h.must("GET", "/pair/", "", nil, http.StatusOK).body
+	if bytes.Contains(html, []byte("<script>")) || !bytes.Contains(html, []byte(`<script type="module" src="pair.js"></script>`)) {
+		t.Errorf("the page's scripts:\n%s", html)
+	}
+	for _, call := range []string{"fetch(", "XMLHttpRequest", "sendBeacon", "EventSource", "WebSocket", "<form", "/v1/", "import "} {
+		if bytes.Contains(all, []byte(call)) {
+			t.Errorf("the pairing page holds %q: it must never talk to the relay", call)
+		}
+	}
+	if !bytes.Contains(all, []byte(`"flamenet-relay"`)) {
+		t.Error("the pairing page does not hand the code to the app (the flamenet-relay scheme)")
+	}
+	noRedirect := *h.client
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := noRedirect.Get(h.url + "/pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/pair/" {
+		t.Errorf("GET /pair: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, p := range []string{"/pair/console.js", "/pair/client/client.js", "/pair/nothing.js", "/console/"} {
+		if r := h.must("GET", p, "", nil, http.StatusNotFound); r.errCode(t) != codeNotFound {
+			t.Errorf("GET %s: %s", p, r.body)
+		}
+	}
+	// The invitation is still pending: nothing above redeemed it.
+	var ins pairing.InvitationsResponse
+	h.must("GET", "/v1/invitations", h.adminAt(clk.now()), nil, http.StatusOK).json(t, &ins)
+	if len(ins.Invitations) != 1 || ins.Invitations[0].RedeemedAt != nil {
+		t.Errorf("invitations: %+v", ins.Invitations)
+	}
+
+	withConsole, _ := newPairingHarness(t, func(c *Config) { c.Console = true })
+	withConsole.must("GET", "/pair/", "", nil, http.StatusOK)
+	withConsole.must("GET", "/console/pair/index.html", "", nil, http.StatusNotFound)
+	withConsole.must("GET", "/console/pair/pair.js", "", nil, http.StatusNotFound)
+
+	off := newHarness(t, func(c *Config) { c.IssuerKey = nil })
+	if r := off.must("GET", "/pair/", "", nil, http.StatusNotFound); r.errCode(t) != codeNotFound {
+		t.Errorf("a relay that does not pair: %s", r.body)
 	}
 }
 

@@ -237,17 +237,28 @@ func TestPairAfterRemoval(t *testing.T) {
 
 // TestInvitationLinks: the link's base is FN_PUBLIC_URL when set, else
 // the request's Host with https when a trusted proxy says so (and only
-// then).
+// then). Its page depends on the scope: an app device's link opens the
+// pairing page (/pair/), which only shows the code; an admin's opens the
+// console, which pairs only with a link marked scope=admin.
 func TestInvitationLinks(t *testing.T) {
 	link := func(h *harness, admin string, header ...string) string {
 		t.Helper()
-		var out pairing.InvitationResponse
-		h.must("POST", "/v1/invitations", admin, `{"device":"phone"}`, http.StatusCreated, header...).json(t, &out)
-		frag := "/console/#pair=" + out.Code + "&household=home"
-		if !strings.HasSuffix(out.URL, frag) {
-			t.Errorf("url %q does not end in the code and household", out.URL)
+		var dev, adm pairing.InvitationResponse
+		h.must("POST", "/v1/invitations", admin, `{"device":"phone"}`, http.StatusCreated, header...).json(t, &dev)
+		h.must("POST", "/v1/invitations", admin, `{"device":"tablet","scope":"admin"}`, http.StatusCreated, header...).json(t, &adm)
+		app := "/pair/#code=" + dev.Code + "&household=home"
+		if !strings.HasSuffix(dev.URL, app) {
+			t.Errorf("an app device's url %q does not end in %q", dev.URL, app)
 		}
-		return strings.TrimSuffix(out.URL, frag)
+		console := "/console/#pair=" + adm.Code + "&household=home&scope=admin"
+		if !strings.HasSuffix(adm.URL, console) {
+			t.Errorf("an admin's url %q does not end in %q", adm.URL, console)
+		}
+		base := strings.TrimSuffix(dev.URL, app)
+		if other := strings.TrimSuffix(adm.URL, console); other != base {
+			t.Errorf("the links' bases differ: %q and %q", base, other)
+		}
+		return base
 	}
 	public, clk := newPairingHarness(t, func(c *Config) { c.PublicURL = "https://relay.example/base" })
 	if got := link(public, public.adminAt(clk.now()), "X-Forwarded-Proto", "http"); got != "https://relay.example/base" {

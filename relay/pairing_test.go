@@ -131,7 +131,7 @@ func TestPairEndToEnd(t *testing.T) {
 	if inv.Device != "phone" || inv.Scope != "device" || inv.Household != "home" {
 		t.Fatalf("invitation %+v", inv)
 	}
-	if want := h.url + "/console/#pair=" + inv.Code + "&household=home"; inv.URL != want {
+	if want := h.url + "/pair/#code=" + inv.Code + "&household=home"; inv.URL != want {
 		t.Errorf("url = %q, want %q", inv.URL, want)
 	}
 	if want := wire.Timestamp(now.UTC().Truncate(time.Microsecond).Add(10 * time.Minute)); inv.ExpiresAt != want {

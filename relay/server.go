@@ -316,6 +316,9 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 	r.Delete("/v1/invitations/{device}", s.pairingOn(p, s.authed(p.CancelInvitation)))
 	r.Post("/v1/pair", s.pairingOn(p, s.unauthed(p.Pair)))
 	r.Post("/v1/renew", s.pairingOn(p, s.unauthed(p.Renew)))
+	if p.On() {
+		s.pairPageRoutes(r)
+	}
 	if s.cfg.Console {
 		s.consoleRoutes(r, p)
 	}
@@ -328,14 +331,20 @@ func (s *Server) router(p *pairing.Pairing) chi.Router {
 	return r
 }
 
+// ready answers /ready: 200 when the relay takes traffic, else 503 and
+// why. A load balancer probes it every few seconds, so its 503s are not
+// logged each time: each cause logs its own changes, once (shutting down,
+// the fleet's watch, the store's probe).
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	if s.readiness.Draining() {
-		s.writeError(w, r, errDraining)
+		drain := *errDraining
+		drain.Logged = true
+		s.writeError(w, r, &drain)
 		return
 	}
 	if s.fleet != nil {
 		if err := s.fleet.Ready(time.Now()); err != nil {
-			s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err})
+			s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "Not ready.", Cause: err, Logged: true})
 			return
 		}
 	}
@@ -344,7 +353,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, store.ErrNotWritable) {
 			msg = "Not ready: the store cannot be written; the relay's log says why."
 		}
-		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: msg, Cause: err})
+		s.writeError(w, r, &httpError{Status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: msg, Cause: err, Logged: true})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -49,10 +49,12 @@ function describe(e) {
     }
     return e instanceof Error ? e.message : String(e);
 }
+const noLink = { code: "", household: "", admin: false };
 /**
- * The code and household of a pairing link (#pair=CODE&household=NAME),
- * taken off the address so that they stay out of the history. A fragment
- * that is not one (or does not decode) is no link.
+ * The code, household and scope of a pairing link
+ * (#pair=CODE&household=NAME&scope=admin), taken off the address so that
+ * they stay out of the history. A fragment that is not one (or does not
+ * decode) is no link.
  */
 function takePairLink() {
     const hash = location.hash;
@@ -63,16 +65,29 @@ function takePairLink() {
         params = new URLSearchParams(hash.slice(1));
     }
     catch {
-        return { code: "", household: "" };
+        return noLink;
     }
     const code = params.get("pair") ?? "";
     const household = params.get("household") ?? "";
     if (!/^[0-9A-Za-z -]{1,32}$/.test(code))
-        return { code: "", household: "" };
-    return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "" };
+        return noLink;
+    return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "", admin: params.get("scope") === "admin" };
 }
 /** The link this page was opened with, while its code is in the form. */
-let link = { code: "", household: "" };
+let link = noLink;
+/**
+ * Shows the code of a link that does not say it is an admin's (an app
+ * device's, or one made before links said their scope) for entering in
+ * the app, and never offers to pair with it: the code is single use, and
+ * a browser paired with it would be a device the console cannot use.
+ */
+function showAppLink(l, paired) {
+    el("app-code").textContent = l.code;
+    el("app-household").textContent = l.household || "(the link names none)";
+    el("app-command").textContent = `relay pair -url ${base} -code ${l.code} -store device.json`;
+    show("app-pair-admin", !paired);
+    show("app-link", true);
+}
 function ago(iso) {
     const s = (Date.now() - Date.parse(iso)) / 1000;
     if (!Number.isFinite(s))
@@ -307,7 +322,7 @@ async function invite(ev) {
     show("invitation", true);
     void refresh();
     try {
-        qrURL = await qrCode(inv.code);
+        qrURL = await qrCode(inv.code, inv.scope);
         img.src = qrURL;
     }
     catch (e) {
@@ -317,16 +332,18 @@ async function invite(ev) {
 /**
  * The relay draws the QR code of the invitation's link (POST /console/qr,
  * admin token, the code in the body: never in a URL), as an SVG that the
- * page shows through an object URL.
+ * page shows through an object URL. The scope picks the link: an app
+ * device's is its pairing page, which any camera opens and which hands
+ * the code to the app, an admin's the console.
  */
-async function qrCode(code) {
+async function qrCode(code, scope) {
     const c = creds;
     if (!c)
         throw new Error("not paired");
     const post = (tok) => fetch(`${base}/console/qr`, {
         method: "POST",
         headers: { Authorization: `Bearer ${tok}`, "Content-Type": "application/json" },
-        body: JSON.stringify({ code }),
+        body: JSON.stringify({ code, scope }),
         redirect: "error",
         cache: "no-store",
     });
@@ -367,7 +384,7 @@ async function doPair() {
         button.disabled = false;
     }
     const named = link.household;
-    link = { code: "", household: "" };
+    link = noLink;
     say("notice", "");
     await open();
     const paired = creds?.credentials.household;
@@ -390,9 +407,19 @@ async function start() {
         forget();
         showPair("", "This browser's credentials are forgotten. To remove it from the household too, remove it from another admin device.");
     });
+    // relay invite asks http://127.0.0.1:8080 unless told; the page knows
+    // its own relay, wherever it runs.
+    el("pair-command").textContent = `relay invite -url ${base} -household home -device browser -scope admin`;
     link = takePairLink();
+    const paired = (await store.load()) !== undefined;
+    if (link.code !== "" && !link.admin) {
+        showAppLink(link, paired);
+        link = noLink;
+        if (!paired)
+            return;
+    }
     const code = link.code;
-    if ((await store.load()) === undefined) {
+    if (!paired) {
         showPair(code);
         return;
     }

@@ -56,16 +56,20 @@ function describe(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-/** A pairing link's code and the household it names. */
+/** A pairing link's code, the household it names, and whether it says it is an admin's. */
 interface PairLink {
   code: string;
   household: string;
+  admin: boolean;
 }
 
+const noLink: PairLink = { code: "", household: "", admin: false };
+
 /**
- * The code and household of a pairing link (#pair=CODE&household=NAME),
- * taken off the address so that they stay out of the history. A fragment
- * that is not one (or does not decode) is no link.
+ * The code, household and scope of a pairing link
+ * (#pair=CODE&household=NAME&scope=admin), taken off the address so that
+ * they stay out of the history. A fragment that is not one (or does not
+ * decode) is no link.
  */
 function takePairLink(): PairLink {
   const hash = location.hash;
@@ -74,16 +78,30 @@ function takePairLink(): PairLink {
   try {
     params = new URLSearchParams(hash.slice(1));
   } catch {
-    return { code: "", household: "" };
+    return noLink;
   }
   const code = params.get("pair") ?? "";
   const household = params.get("household") ?? "";
-  if (!/^[0-9A-Za-z -]{1,32}$/.test(code)) return { code: "", household: "" };
-  return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "" };
+  if (!/^[0-9A-Za-z -]{1,32}$/.test(code)) return noLink;
+  return { code, household: /^[A-Za-z0-9._-]{1,64}$/.test(household) ? household : "", admin: params.get("scope") === "admin" };
 }
 
 /** The link this page was opened with, while its code is in the form. */
-let link: PairLink = { code: "", household: "" };
+let link: PairLink = noLink;
+
+/**
+ * Shows the code of a link that does not say it is an admin's (an app
+ * device's, or one made before links said their scope) for entering in
+ * the app, and never offers to pair with it: the code is single use, and
+ * a browser paired with it would be a device the console cannot use.
+ */
+function showAppLink(l: PairLink, paired: boolean): void {
+  el("app-code").textContent = l.code;
+  el("app-household").textContent = l.household || "(the link names none)";
+  el("app-command").textContent = `relay pair -url ${base} -code ${l.code} -store device.json`;
+  show("app-pair-admin", !paired);
+  show("app-link", true);
+}
 
 function ago(iso: string): string {
   const s = (Date.now() - Date.parse(iso)) / 1000;
@@ -307,7 +325,7 @@ async function invite(ev: SubmitEvent): Promise<void> {
   show("invitation", true);
   void refresh();
   try {
-    qrURL = await qrCode(inv.code);
+    qrURL = await qrCode(inv.code, inv.scope);
     img.src = qrURL;
   } catch (e) {
     say("invite-error", `The QR code could not be made: ${describe(e)}`);
@@ -317,16 +335,18 @@ async function invite(ev: SubmitEvent): Promise<void> {
 /**
  * The relay draws the QR code of the invitation's link (POST /console/qr,
  * admin token, the code in the body: never in a URL), as an SVG that the
- * page shows through an object URL.
+ * page shows through an object URL. The scope picks the link: an app
+ * device's is its pairing page, which any camera opens and which hands
+ * the code to the app, an admin's the console.
  */
-async function qrCode(code: string): Promise<string> {
+async function qrCode(code: string, scope: string): Promise<string> {
   const c = creds;
   if (!c) throw new Error("not paired");
   const post = (tok: string) =>
     fetch(`${base}/console/qr`, {
       method: "POST",
       headers: { Authorization: `Bearer ${tok}`, "Content-Type": "application/json" },
-      body: JSON.stringify({ code }),
+      body: JSON.stringify({ code, scope }),
       redirect: "error",
       cache: "no-store",
     });
@@ -366,7 +386,7 @@ async function doPair(): Promise<void> {
     button.disabled = false;
   }
   const named = link.household;
-  link = { code: "", household: "" };
+  link = noLink;
   say("notice", "");
   await open();
   const paired = creds?.credentials.household;
@@ -390,9 +410,18 @@ async function start(): Promise<void> {
     forget();
     showPair("", "This browser's credentials are forgotten. To remove it from the household too, remove it from another admin device.");
   });
+  // relay invite asks http://127.0.0.1:8080 unless told; the page knows
+  // its own relay, wherever it runs.
+  el("pair-command").textContent = `relay invite -url ${base} -household home -device browser -scope admin`;
   link = takePairLink();
+  const paired = (await store.load()) !== undefined;
+  if (link.code !== "" && !link.admin) {
+    showAppLink(link, paired);
+    link = noLink;
+    if (!paired) return;
+  }
   const code = link.code;
-  if ((await store.load()) === undefined) {
+  if (!paired) {
     showPair(code);
     return;
   }

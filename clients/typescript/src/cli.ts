@@ -6,6 +6,7 @@
 import { readFile } from "node:fs/promises";
 
 import { RelayClient, newId } from "./client.js";
+import { RelayError } from "./errors.js";
 import type { Envelope } from "./client.js";
 import { MemoryCursorStore } from "./cursor.js";
 import { encodeBase64 } from "./base64.js";
@@ -19,12 +20,13 @@ import { FileCredentialStore } from "./node-credentials.js";
 const USAGE = `usage:
   cli.js send [flags] -to dev1,dev2 [-id ID] [-timeout 60s] [-seal] [PAYLOAD | -file F | -]
   cli.js listen [flags] [-cursor-file F] [-wait 20] [-count N] [-open]
-  cli.js pair -url URL -code CODE -store FILE
+  cli.js pair -url URL -code CODE -store FILE [-identity F]
 common flags:
   -seal           send: seal the payload to the recipients' pinned keys
   -open           listen: open sealed envelopes: "payload" is the plaintext,
                   or null with "error" saying why it did not open
-  -identity F     with -seal/-open: the device's seed file, created 0600 when missing
+  -identity F     with -seal/-open, and pair: the device's seed file, created 0600
+                  when missing; pair publishes its key and prints its fingerprint
   -keyring F      with -seal/-open: the pinned keys (default: the identity file + .pins)
   -trust D1,D2    with -seal/-open: these devices' keys, as the directory lists
                   them now, replace their pins (compare the fingerprints first)
@@ -148,14 +150,22 @@ async function storeClient(flags: Flags, env: NodeJS.ProcessEnv): Promise<RelayC
 }
 
 async function pairCmd(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const { flags, rest } = parseFlags(args, ["url", "code", "store"]);
+  const { flags, rest } = parseFlags(args, ["url", "code", "store", "identity"]);
   if (rest.length > 0) throw new UsageError(`pair takes no arguments, got ${JSON.stringify(rest[0])}`);
   const code = (flags.get("code") ?? "").trim();
   const file = flags.get("store") ?? "";
   if (!code || !file) throw new UsageError("pair needs -code and -store");
+  if (flags.has("identity") && !flags.get("identity")) throw new UsageError("-identity names no file");
   const url = flags.get("url") || env.FN_RELAY_URL || DEFAULT_URL;
-  const c = await pair(url, code, { store: new FileCredentialStore(file) });
+  const identity = flags.has("identity") ? (await loadIdentity(flags.get("identity")!)).identity : undefined;
+  const c = await pair(url, code, { store: new FileCredentialStore(file), ...(identity && { identityKey: identity.publicKey }) }).catch((e: unknown) => {
+    // The code alone does not name the device: the admin knows it.
+    throw e instanceof RelayError && e.status === 401 ? new Error(`${e.message} (relay invite -device NAME)`, { cause: e }) : e;
+  });
   await writeLine(`paired as device ${JSON.stringify(c.device)} of household ${JSON.stringify(c.household)} (scope ${c.scope}); credentials in ${file}, renewal secret valid until ${c.renewal_expires_at}`);
+  // The inviting admin sees the key the relay received (relay invite
+  // -list): the same digits mean no one swapped it on the way.
+  if (identity) await writeLine(`fingerprint: ${await fingerprint(identity.publicKey)}`);
   return 0;
 }
 
@@ -194,7 +204,7 @@ async function send(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   }
   const signal = AbortSignal.timeout(Math.max(timeoutMs, 1));
   if (flags.get("seal") === "true") payload = await (await sealedFrom(client, flags, signal)).seal(id, to, payload);
-  const res = await client.send(to, payload, { id, signal });
+  const res = await client.send(to, payload, { id, signal }).catch(nextStep(flags, env));
   await writeLine(JSON.stringify({ id: res.id, deliveries: res.deliveries.map((d) => ({ device: d.device, seq: d.seq })) }));
   return 0;
 }
@@ -247,18 +257,45 @@ async function listen(args: string[], env: NodeJS.ProcessEnv): Promise<number> {
           counted();
         },
       },
-    );
+    ).catch(nextStep(flags, env));
   } else {
-    await client.listen(
-      async (e: Envelope) => {
-        await print(e, e.payload);
-        counted();
-      },
-      { cursorStore, signal: stop.signal, wait },
-    );
+    await client
+      .listen(
+        async (e: Envelope) => {
+          await print(e, e.payload);
+          counted();
+        },
+        { cursorStore, signal: stop.signal, wait },
+      )
+      .catch(nextStep(flags, env));
   }
   await ackSaved(client, cursorStore);
   return 0;
+}
+
+/**
+ * A catch handler that adds to a refusal of the device's credentials for
+ * good the commands that help, as the relay binary's send and listen do:
+ * with -store, the invitation and pairing that replace them, with the
+ * device's names from the file; with a token, token check, which asks the
+ * relay why.
+ */
+function nextStep(flags: Flags, env: NodeJS.ProcessEnv) {
+  return async (e: unknown): Promise<never> => {
+    if (!(e instanceof RelayError && e.status === 401)) throw e;
+    if (!flags.has("store")) {
+      const url = flags.get("url") || env.FN_RELAY_URL || DEFAULT_URL;
+      throw new Error(`${e.message}; relay token check -url ${url} TOKEN says why`, { cause: e });
+    }
+    const file = flags.get("store")!;
+    const c = await new FileCredentialStore(file).load().catch(() => undefined);
+    if (!c) throw e;
+    const url = flags.get("url") || env.FN_RELAY_URL || c.url || DEFAULT_URL; // as storeClient chose it
+    const scope = c.scope === "admin" ? " -scope admin" : "";
+    // -replace: the device may still exist (its secret used by a copy),
+    // and an invitation for an existing device must replace it.
+    throw new Error(`${e.message} (relay invite -household ${c.household} -device ${c.device}${scope} -replace, then relay-client pair -url ${url} -code CODE -store ${file})`, { cause: e });
+  };
 }
 
 /**

@@ -387,7 +387,7 @@ export class RelayClient {
       } catch (re) {
         if (re instanceof UnauthorizedError) {
           unauthorized(re);
-          throw e;
+          throw refusal(e, re);
         }
         throw re;
       }
@@ -636,7 +636,7 @@ export class RelayClient {
       } catch (re) {
         if (re instanceof UnauthorizedError) {
           unauthorized(re);
-          throw e; // the relay's 401, which retrying cannot fix
+          throw refusal(e, re); // a 401, which retrying cannot fix
         }
         throw re; // renewing failed for a passing reason: retry later
       }
@@ -777,4 +777,13 @@ function stateReporter(f: ((s: ConnectionState) => void) | undefined): (s: Conne
       // The app's callback is not the client's business.
     }
   };
+}
+
+/**
+ * What a call refused for good rejects with: the source's refusal when it
+ * says more than the relay's 401 (a renewal refused, and what to do next;
+ * it is a 401 too), else the relay's answer.
+ */
+function refusal(relay: unknown, source: UnauthorizedError): unknown {
+  return source.cause !== undefined ? source : relay;
 }

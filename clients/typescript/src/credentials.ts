@@ -26,10 +26,11 @@ export interface CredentialSource {
 }
 
 /**
- * The device's renewal was refused: it must be paired again. It is a
- * RelayError of status 401, as the relay's refusal of a token is, so that
- * `e instanceof RelayError && e.status === 401` is the one test an app
- * needs; `cause` is the relay's answer to the renewal.
+ * The device's renewal (or pairing) was refused: it must be paired again,
+ * which its message says. It is a RelayError of status 401, as the
+ * relay's refusal of a token is, so that `e instanceof RelayError &&
+ * e.status === 401` is the one test an app needs; `cause` is the relay's
+ * answer to the renewal.
  */
 export class UnauthorizedError extends RelayError {
   constructor(message: string, cause?: unknown) {
@@ -274,7 +275,7 @@ export class RenewingCredentials implements CredentialSource {
         renewed = true;
       } catch (e) {
         if (e instanceof RelayError && !e.temporary) {
-          this.finalError = new UnauthorizedError(`renewal refused: ${e.message}`, e);
+          this.finalError = renewalRefused(e);
         } else if (signal?.aborted) {
           throw e; // this caller gave up; a waiter with time left renews
         } else {
@@ -351,10 +352,24 @@ export interface PairOptions {
 }
 
 /**
+ * The final error of a renewal the relay refused. The relay gives one 401
+ * for every cause, so the error names them and the one step that helps
+ * with each: a new invitation.
+ */
+function renewalRefused(e: RelayError): UnauthorizedError {
+  if (e.status !== 401) return new UnauthorizedError(`renewal refused (${e.message})`, e);
+  return new UnauthorizedError(
+    `renewal refused (${e.message}): this device's pairing was removed, or its renewal secret expired or was used by another copy of it; ask an admin for a new invitation and pair again`,
+    e,
+  );
+}
+
+/**
  * Redeems an invitation's code at the relay at url (POST /v1/pair, no
  * token needed), saves the credentials in opts.store and resolves to
- * them. A wrong, used or expired code rejects with a RelayError of status
- * 401. RenewingCredentials.open(url, store) then keeps them fresh.
+ * them. A wrong, used or expired code rejects with an UnauthorizedError (a
+ * RelayError of status 401) that says to ask for a new invitation.
+ * RenewingCredentials.open(url, store) then keeps them fresh.
  */
 export async function pair(url: string, code: string, opts: PairOptions = {}): Promise<Credentials> {
   const base = url.replace(/\/+$/, "");
@@ -366,7 +381,16 @@ export async function pair(url: string, code: string, opts: PairOptions = {}): P
     body.identity_key = k;
   }
   const fetchFn = opts.fetch ?? ((input, init) => globalThis.fetch(input, init));
-  const c = await postJSON<Credentials>(fetchFn, base + "/v1/pair", body, opts.requestTimeoutMs ?? 30_000, opts.signal);
+  let c: Credentials;
+  try {
+    c = await postJSON<Credentials>(fetchFn, base + "/v1/pair", body, opts.requestTimeoutMs ?? 30_000, opts.signal);
+  } catch (e) {
+    // The relay gives one 401 for every cause; each needs a new invitation.
+    if (e instanceof RelayError && e.status === 401) {
+      throw new UnauthorizedError(`pairing refused (${e.message}): the code is wrong, used, expired or cancelled; ask an admin for a new invitation`, e);
+    }
+    throw e;
+  }
   checkCredentials(c);
   c.url = base;
   await opts.store?.save(c);

@@ -121,7 +121,12 @@ export interface InvitationRequest {
 export interface InvitationResponse {
   /** Single use; shown only here. */
   code: string;
-  /** <base>/console/#pair=<code>&household=<household>. */
+  /**
+   * The pairing link: <base>/pair/#code=<code>&household=<household> for a
+   * device (the relay's page, which hands the code to the app), and
+   * <base>/console/#pair=<code>&household=<household>&scope=admin for an
+   * admin (the console).
+   */
   url: string;
   household: string;
   device: string;

@@ -283,7 +283,7 @@ export class RelayClient {
             catch (re) {
                 if (re instanceof UnauthorizedError) {
                     unauthorized(re);
-                    throw e;
+                    throw refusal(e, re);
                 }
                 throw re;
             }
@@ -559,7 +559,7 @@ export class RelayClient {
             catch (re) {
                 if (re instanceof UnauthorizedError) {
                     unauthorized(re);
-                    throw e; // the relay's 401, which retrying cannot fix
+                    throw refusal(e, re); // a 401, which retrying cannot fix
                 }
                 throw re; // renewing failed for a passing reason: retry later
             }
@@ -689,4 +689,12 @@ function stateReporter(f) {
             // The app's callback is not the client's business.
         }
     };
+}
+/**
+ * What a call refused for good rejects with: the source's refusal when it
+ * says more than the relay's 401 (a renewal refused, and what to do next;
+ * it is a 401 too), else the relay's answer.
+ */
+function refusal(relay, source) {
+    return source.cause !== undefined ? source : relay;
 }

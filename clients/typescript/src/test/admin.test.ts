@@ -1,10 +1,18 @@
 // An admin device's calls, against a relay that pairs devices (it holds
-// the issuer's private key): invite, the directory, removeDevice.
+// the issuer's private key): invite, the directory, removeDevice; and the
+// command line's pair, which redeems an admin's invitation.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { promisify } from "node:util";
 
-import { RelayClient, RelayError, pair } from "../index.js";
-import { household, startRelay } from "./relay.js";
+import { decodeBase64 } from "../base64.js";
+import { RelayClient, RelayError, fingerprint, pair } from "../index.js";
+import { loadIdentity } from "../node.js";
+import { cliPath, household, startRelay } from "./relay.js";
 import type { Relay } from "./relay.js";
 
 let relay: Relay;
@@ -25,7 +33,7 @@ test("an admin invites a device, which pairs with the code and is listed; remove
   const inv = await admin.invite("phone");
   assert.match(inv.code, /^[0-9A-Z]{5}-[0-9A-Z]{5}$/);
   assert.deepEqual([inv.household, inv.device, inv.scope], [hh, "phone", "device"]);
-  assert.equal(inv.url, `${relay.url}/console/#pair=${inv.code}&household=${hh}`);
+  assert.equal(inv.url, `${relay.url}/pair/#code=${inv.code}&household=${hh}`);
   assert.ok(Date.parse(inv.expires_at) > Date.now());
 
   const creds = await pair(relay.url, inv.code);
@@ -80,4 +88,75 @@ test("an invitation for a device in use is refused unless it replaces it; a pend
   const second = await pair(relay.url, again.code);
   await assert.rejects(new RelayClient({ url: relay.url, token: first.access_token }).register(), status(401));
   await new RelayClient({ url: relay.url, token: second.access_token }).register();
+});
+
+test("the command line's pair -identity publishes the device's key and prints its fingerprint, the one the inviting admin sees", async () => {
+  const hh = household();
+  const admin = new RelayClient({ url: relay.url, token: await relay.token(hh, "admin", "admin") });
+  const dir = await mkdtemp(join(tmpdir(), "pair-identity-"));
+  const cli = (...args: string[]) => promisify(execFile)(process.execPath, [cliPath, ...args], { env: { PATH: process.env.PATH ?? "" } });
+  try {
+    const identityFile = join(dir, "phone.seed");
+    const { stdout } = await cli("pair", "-url", relay.url, "-code", (await admin.invite("phone")).code, "-store", join(dir, "phone.json"), "-identity", identityFile);
+    assert.match(stdout, /^paired as device "phone" of household "hh-/);
+    const printed = /^fingerprint: ((?:\d{5} ){5}\d{5})$/m.exec(stdout)?.[1];
+    assert.ok(printed, `no fingerprint in ${JSON.stringify(stdout)}`);
+    // The file is the device's identity, made 0600: its key is the one printed.
+    assert.equal((await stat(identityFile)).mode & 0o777, 0o600);
+    const { identity } = await loadIdentity(identityFile);
+    assert.equal(await fingerprint(identity.publicKey), printed);
+    // The admin's list shows the same digits beside the device, and so does the directory.
+    const listed = (await admin.invitations()).invitations.find((i) => i.device === "phone");
+    assert.ok(listed?.identity_key, "the invitation shows no key");
+    assert.equal(await fingerprint(decodeBase64(listed.identity_key)), printed);
+    const device = (await admin.devices()).devices.find((d) => d.device === "phone");
+    assert.equal(device?.identity_key && (await fingerprint(decodeBase64(device.identity_key))), printed);
+    // An existing identity file is kept: pairing again (replacing) gives the same key.
+    const again = await cli("pair", "-url", relay.url, "-code", (await admin.invite("phone", { replace: true })).code, "-store", join(dir, "phone2.json"), "-identity", identityFile);
+    assert.match(again.stdout, new RegExp(`^fingerprint: ${printed}$`, "m"));
+    await assert.rejects(cli("pair", "-url", relay.url, "-code", "X", "-store", join(dir, "x.json"), "-identity"), (e: { code?: number }) => e.code === 2);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("the command line says what to do when the relay refuses a device for good", async () => {
+  const hh = household();
+  const admin = new RelayClient({ url: relay.url, token: await relay.token(hh, "admin", "admin") });
+  const dir = await mkdtemp(join(tmpdir(), "pair-refused-"));
+  const cli = async (...args: string[]) => {
+    try {
+      await promisify(execFile)(process.execPath, [cliPath, ...args], { env: { PATH: process.env.PATH ?? "" } });
+      return { code: 0, stderr: "" };
+    } catch (e) {
+      const { code, stderr } = e as { code: number; stderr: string };
+      return { code, stderr };
+    }
+  };
+  try {
+    const file = join(dir, "phone.json");
+    const code = (await admin.invite("phone")).code;
+    assert.equal((await cli("pair", "-url", relay.url, "-code", code, "-store", file)).code, 0);
+    // A used code.
+    let r = await cli("pair", "-url", relay.url, "-code", code, "-store", join(dir, "again.json"));
+    assert.equal(r.code, 1, r.stderr);
+    assert.ok(r.stderr.endsWith("ask an admin for a new invitation (relay invite -device NAME)\n"), r.stderr);
+
+    // A removed device: its listener ends with the commands that pair it again.
+    const tablet = await relay.token(hh, "tablet");
+    await new RelayClient({ url: relay.url, token: tablet }).register();
+    const paired = JSON.parse(await readFile(file, "utf8")) as { access_token: string };
+    await new RelayClient({ url: relay.url, token: paired.access_token }).register();
+    await admin.removeDevice("phone");
+    await admin.removeDevice("tablet");
+    r = await cli("listen", "-store", file, "-wait", "1");
+    assert.equal(r.code, 1, r.stderr);
+    assert.ok(r.stderr.endsWith(`ask an admin for a new invitation and pair again (relay invite -household ${hh} -device phone -replace, then relay-client pair -url ${relay.url} -code CODE -store ${file})\n`), r.stderr);
+    // A removed device's token: token check asks the relay why.
+    r = await cli("listen", "-url", relay.url, "-token", tablet, "-wait", "1");
+    assert.equal(r.code, 1, r.stderr);
+    assert.ok(r.stderr.endsWith(`; relay token check -url ${relay.url} TOKEN says why\n`), r.stderr);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });

@@ -186,13 +186,22 @@ test("a removed device's calls are refused with 401 and it reports unauthorized"
   await advance(1_000); // the removal comes after the token's iat
   await control("POST", "remove?device=phone7");
   await advance(1_000);
-  await assert.rejects(client.register(), (e: unknown) => e instanceof RelayError && e.status === 401);
+  // The error ends with what to do: only a new invitation helps.
+  const next = "ask an admin for a new invitation and pair again";
+  await assert.rejects(client.register(), (e: unknown) => e instanceof RelayError && e.status === 401 && endsWith(e, next));
   assert.equal(st.kinds().at(-1), "unauthorized");
   // Refused for good: the next call fails at once, without asking the relay.
   const c = await since();
-  await assert.rejects(client.register(), UnauthorizedError);
+  await assert.rejects(client.register(), (e: unknown) => e instanceof UnauthorizedError && endsWith(e, next));
+  await assert.rejects(client.listen(() => {}, { wait: 1 }), (e: unknown) => e instanceof UnauthorizedError && endsWith(e, next));
   assert.deepEqual(await since(), c);
 });
+
+/** Whether e's message ends with next, saying so when it does not. */
+function endsWith(e: unknown, next: string): boolean {
+  assert.ok(e instanceof Error && e.message.endsWith(next), `${String(e)}: want it to end with ${JSON.stringify(next)}`);
+  return true;
+}
 
 test("a set the store cannot save is not used", async () => {
   await start();
@@ -219,7 +228,7 @@ test("a set the store cannot save is not used", async () => {
 
 test("pair with a wrong code is the relay's 401 and saves nothing", async () => {
   const store = new MemoryCredentialStore();
-  await assert.rejects(pair(URL_, "WRONG-CODE0", { store }), (e: unknown) => e instanceof RelayError && e.status === 401);
+  await assert.rejects(pair(URL_, "WRONG-CODE0", { store }), (e: unknown) => e instanceof RelayError && e.status === 401 && endsWith(e, "ask an admin for a new invitation"));
   assert.equal(await store.load(), undefined);
 });
 
