@@ -113,7 +113,8 @@ Removes the device NAME from the household (DELETE /v1/devices/{device}).
 
 Its pending envelopes, renewal secret and invitations go at once, its held
 polls end and its tokens issued before the removal are refused; a new
-invitation (relay invite -device NAME) pairs it again. The request carries
+invitation (relay invite -household HOME -device NAME, no -replace: the
+device is gone) pairs it again. The request carries
 a 60-second admin token minted with the issuer private key, as relay
 invite's does.`
 
@@ -143,7 +144,7 @@ func removeCmd(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return fmt.Errorf("remove: %s: %w%s (key from %s)", af.base(), err, hint, from)
 	}
-	fmt.Fprintf(stdout, "removed device %q of household %q: its tokens, renewal secret and envelopes are gone; relay invite -device %s pairs it again\n",
-		name, af.household, name)
+	fmt.Fprintf(stdout, "removed device %q of household %q: its tokens, renewal secret and envelopes are gone; %s pairs it again\n",
+		name, af.household, inviteAgain(af.household, name, ""))
 	return nil
 }

@@ -75,6 +75,7 @@ func TestDevicesAndRemove(t *testing.T) {
 	if err != nil || !strings.HasPrefix(out, `removed device "phone" of household "flat"`) {
 		t.Fatalf("remove phone: %v, %q", err, out)
 	}
+	removed := out
 	if out, err := relayCmd(append([]string{"devices"}, admin...)...); err != nil || !strings.HasPrefix(out, "laptop: ") || strings.Contains(out, "phone") {
 		t.Errorf("devices after the removal: %v\n%s", err, out)
 	}
@@ -86,6 +87,27 @@ func TestDevicesAndRemove(t *testing.T) {
 	_, err = relayCmd(append(append([]string{"remove"}, admin...), "phone")...)
 	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), `"phone"`) {
 		t.Errorf("remove of no such device: %v (exit %d), want a 404 naming it, exit 1", err, exitCode(err))
+	}
+
+	// remove and the removed device's listener name the same invitation,
+	// and it pairs the device again: a removed device is gone, so it
+	// needs no -replace. Seen red when remove named the household of
+	// none and the listener -replace.
+	again := "relay invite -household flat -device phone"
+	if !strings.HasSuffix(removed, "; "+again+" pairs it again\n") {
+		t.Errorf("remove says %q, want it to end with %q", removed, again+" pairs it again")
+	}
+	err = run(ctx, []string{"listen", "-store", filepath.Join(dir, "phone.json"), "-wait", "1"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "("+again+", then relay pair -url "+base+" ") {
+		t.Errorf("listen as the removed phone: %v, want it to name %q", err, again)
+	}
+	out, err = relayCmd(append(strings.Fields(again)[1:], "-url", base, "-issuer-key-file", keyFile)...)
+	code := regexp.MustCompile(`(?m)^  code: +(\S+)$`).FindStringSubmatch(out)
+	if err != nil || code == nil {
+		t.Fatalf("%s: %v\n%s", again, err, out)
+	}
+	if out, err := relayCmd("pair", "-url", base, "-code", code[1], "-store", filepath.Join(dir, "phone-again.json")); err != nil || !strings.HasPrefix(out, `paired as device "phone" of household "flat"`) {
+		t.Errorf("pairing the removed phone again: %v, %q", err, out)
 	}
 
 	// Mistakes on the command line: exit 2, and nothing removed.

@@ -11,10 +11,12 @@ import (
 	"io"
 	"net/http"
 	neturl "net/url"
+	"slices"
 	"time"
 
 	qrcode "github.com/skip2/go-qrcode"
 
+	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/seal"
 	"github.com/flamenet/relay/token"
 )
@@ -109,7 +111,33 @@ func inviteCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return fmt.Errorf("invite: %s: %w (key from %s)", base, err, from)
 	}
-	return printInvitation(stdout, base, inv, time.Now())
+	note := ""
+	if inv.Replace {
+		// The answer says only that the invitation may replace a device:
+		// whether there is one, the directory says.
+		switch exists, err := deviceExists(ctx, base, tok, inv.Device); {
+		case err != nil:
+			note = fmt.Sprintf("Redeeming it removes the device %q, if there is one by then, with its envelopes and credentials.", inv.Device)
+		case exists:
+			note = fmt.Sprintf("Redeeming it removes the device %q there is now, with its envelopes and credentials.", inv.Device)
+		}
+	}
+	return printInvitation(stdout, base, inv, note, time.Now())
+}
+
+// deviceExists reports whether the household's directory lists device.
+func deviceExists(ctx context.Context, base, tok, device string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.New(base, tok)
+	if err != nil {
+		return false, err
+	}
+	devices, err := c.Directory(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(devices, func(d client.DirectoryEntry) bool { return d.Device == device }), nil
 }
 
 // inviteToken is the admin token of household relay invite sends: sub
@@ -180,8 +208,9 @@ func adminCall(ctx context.Context, method, url, tok string, body []byte, want i
 }
 
 // printInvitation prints the code, the link, the expiry and the link as a
-// QR code of half-block characters, which most terminals show square.
-func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) error {
+// QR code of half-block characters, which most terminals show square; note,
+// when not empty, under the first line.
+func printInvitation(w io.Writer, base string, inv inviteAnswer, note string, now time.Time) error {
 	q, err := qrcode.New(inv.URL, qrcode.Medium)
 	if err != nil {
 		return fmt.Errorf("invite: QR code: %w", err)
@@ -191,8 +220,8 @@ func printInvitation(w io.Writer, base string, inv inviteAnswer, now time.Time) 
 		expiry = fmt.Sprintf("%s (in %s)", t.Local().Format("2006-01-02 15:04:05 MST"), t.Sub(now).Round(time.Second))
 	}
 	fmt.Fprintf(w, "Invitation for device %q of household %q (scope %s), single use:\n\n", inv.Device, inv.Household, inv.Scope)
-	if inv.Replace {
-		fmt.Fprintf(w, "Redeeming it removes the device %q there is now, with its envelopes and credentials.\n\n", inv.Device)
+	if note != "" {
+		fmt.Fprintf(w, "%s\n\n", note)
 	}
 	fmt.Fprintf(w, "  code:     %s\n  link:     %s\n  expires:  %s\n\n", inv.Code, inv.URL, expiry)
 	fmt.Fprint(w, q.ToSmallString(false))

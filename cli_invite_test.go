@@ -95,6 +95,11 @@ func TestInvite(t *testing.T) {
 	if _, err := invite("-cancel", "-device", "tablet"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("-cancel of nothing pending: %v, want a 404", err)
 	}
+	// -replace for a name that is no device: nothing to remove, and the
+	// command says nothing of removing one. Seen red when it did.
+	if out, err := invite("-device", "kettle", "-replace"); err != nil || strings.Contains(out, "Redeeming it removes") || !strings.Contains(out, "  code: ") {
+		t.Errorf("-replace of no device: %v\n%s", err, out)
+	}
 
 	if _, err := p.stop(t); err != nil {
 		t.Fatal(err)

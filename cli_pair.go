@@ -123,8 +123,15 @@ func (f *clientFlags) refused(ctx context.Context, err error) error {
 	if f.url == defaultRelayURL && c.URL != "" {
 		url = c.URL // as storeClient chose it
 	}
-	// -replace: the device may still exist (its secret used by a copy),
-	// and an invitation for an existing device must replace it.
-	return fmt.Errorf("%w (relay invite -household %s -device %s%s -replace, then relay pair -url %s -code CODE -store %s)",
-		err, c.Household, c.Device, scope, url, f.store)
+	// The invitation relay remove names. The refusal does not say why: a
+	// device refused for reuse of its secret still exists, and only
+	// -replace invites it.
+	return fmt.Errorf("%w (%s, then relay pair -url %s -code CODE -store %s; if relay devices still lists %s, invite with -replace)",
+		err, inviteAgain(c.Household, c.Device, scope), url, f.store, c.Device)
+}
+
+// inviteAgain is the command that invites a removed device again: it needs
+// no -replace, the device being gone. scope is "" or " -scope admin".
+func inviteAgain(household, device, scope string) string {
+	return fmt.Sprintf("relay invite -household %s -device %s%s", household, device, scope)
 }

@@ -180,9 +180,9 @@ func testRefusalsSayWhatToDo(t *testing.T, mode pairtest.Mode) {
 	if !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("listen of a removed device: %v, want ErrUnauthorized", err)
 	}
-	wantEnd("listen of a removed device", err, "ask an admin for a new invitation and pair again (relay invite -household home -device phone -replace, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+")")
+	wantEnd("listen of a removed device", err, "ask an admin for a new invitation and pair again (relay invite -household home -device phone, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+"; if relay devices still lists phone, invite with -replace)")
 	err = run(ctx, []string{"send", "-store", phoneFile, "-to", "phone", "x"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
-	wantEnd("send of a removed device", err, "(relay invite -household home -device phone -replace, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+")")
+	wantEnd("send of a removed device", err, "(relay invite -household home -device phone, then relay pair -url "+cr.URL+" -code CODE -store "+phoneFile+"; if relay devices still lists phone, invite with -replace)")
 
 	err = run(ctx, []string{"listen", "-url", cr.URL, "-token", tabletToken, "-wait", "1"}, noEnv, &bytes.Buffer{}, &bytes.Buffer{})
 	wantEnd("listen with a removed device's token", err, "; relay token check -url "+cr.URL+" TOKEN says why")

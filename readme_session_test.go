@@ -43,9 +43,10 @@ func answersBlock(t *testing.T, readme, heading string) string {
 }
 
 // sameAnswers compares the README's answers with the relay's, line by
-// line: a JSON answer must have the same fields, at every depth, as the
-// README's (the values differ: ids, times), any other line the same text.
-// Seen red when the README's register and poll answers lacked epoch.
+// line: a JSON answer must have the same fields, at every depth and in the
+// same order, as the README's (the values differ: ids, times), any other
+// line the same text. Seen red when the README's register and poll answers
+// lacked epoch, and when its poll answer put epoch last.
 func sameAnswers(t *testing.T, readme, got string) {
 	t.Helper()
 	want, have := strings.Split(strings.TrimSpace(readme), "\n"), splitAnswers(got)
@@ -66,6 +67,10 @@ func sameAnswers(t *testing.T, readme, got string) {
 		}
 		if wf, hf := fieldPaths(w, ""), fieldPaths(h, ""); !slices.Equal(wf, hf) {
 			t.Errorf("answer %d's fields: the README shows %q, the relay gives %q", i+1, wf, hf)
+			continue
+		}
+		if wo, ho := keyOrder(want[i]), keyOrder(have[i]); !slices.Equal(wo, ho) {
+			t.Errorf("answer %d's field order: the README shows %q, the relay gives %q", i+1, wo, ho)
 		}
 	}
 }
@@ -104,6 +109,50 @@ func fieldPaths(v any, prefix string) []string {
 	return slices.Compact(out)
 }
 
+// keyOrder lists the fields of a JSON text as fieldPaths names them, in
+// the order they first appear: a map loses it.
+func keyOrder(text string) []string {
+	dec := json.NewDecoder(strings.NewReader(text))
+	var out []string
+	seen := map[string]bool{}
+	var walk func(prefix string) bool
+	walk = func(prefix string) bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				path := prefix + k.(string)
+				if !seen[path] {
+					seen[path] = true
+					out = append(out, path)
+				}
+				if !walk(path + ".") {
+					return false
+				}
+			}
+		case json.Delim('['):
+			for dec.More() {
+				if !walk(strings.TrimSuffix(prefix, ".") + "[].") {
+					return false
+				}
+			}
+		default:
+			return true
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err == nil
+	}
+	walk("")
+	return out
+}
+
 // TestReadmeSealedSession runs the README's session, the plain round trip
 // and then the sealed one, with bash in a fresh directory beside a relay
 // process started there (as `go run .` would be), and checks what the
@@ -111,8 +160,11 @@ func fieldPaths(v any, prefix string) []string {
 // the test's (no `go build`); each listener stops after one envelope
 // (-count 1) and is waited for where the README kills it; and where the
 // README sleeps a second for the listener to register, the script waits
-// until the directory shows it. Last, the curl session runs on the relay's
-// address, and its answers' fields are compared with the README's.
+// until the directory shows it. Last, the curl session runs as written,
+// with FN_RELAY_URL set and the relay off the default port, as a reader's
+// who followed the README with FN_LISTEN set; its answers' fields are
+// compared with the README's. Seen red when the curl lines named
+// http://127.0.0.1:8080 outright.
 func TestReadmeSealedSession(t *testing.T) {
 	b, err := os.ReadFile("README.md")
 	if err != nil {
@@ -123,6 +175,11 @@ func TestReadmeSealedSession(t *testing.T) {
 	sealed := sessionBlock(t, readme, "### Sealed")
 	overHTTP := sessionBlock(t, readme, "### The same over HTTP")
 	answers := answersBlock(t, readme, "### The same over HTTP")
+	// The section's commands outside the block (a held poll) too.
+	section, _, _ := strings.Cut(strings.SplitN(readme, "\n### The same over HTTP\n", 2)[1], "\n## ")
+	if n, m := strings.Count(section, "http://127.0.0.1:8080"), strings.Count(section, "${FN_RELAY_URL:-http://127.0.0.1:8080}"); n != m {
+		t.Errorf("%d of the HTTP section's %d addresses do not follow FN_RELAY_URL (${FN_RELAY_URL:-http://127.0.0.1:8080})", n-m, n)
+	}
 
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
@@ -166,9 +223,10 @@ settle() {
 		script.WriteString(line + "\n")
 	}
 	script.WriteString("wait\n")
-	// Then the curl session, on the relay's address.
+	// Then the curl session, as written: the relay is not on the default
+	// port, so its commands must follow FN_RELAY_URL.
 	script.WriteString("echo " + httpMark + "\n")
-	script.WriteString(strings.NewReplacer("'http://127.0.0.1:8080", `"$FN_RELAY_URL"'`, "http://127.0.0.1:8080", "$FN_RELAY_URL").Replace(overHTTP))
+	script.WriteString(overHTTP)
 	if len(settles) != 0 {
 		t.Fatalf("the session has fewer sleeps than the test knows:\n%s", script.String())
 	}

@@ -265,7 +265,8 @@ func (l *listener) stream(ctx context.Context) error {
 			return
 		}
 		if err := c.Ack(ctx, l.pos); err != nil {
-			c.logf("listen: acknowledging %d: %v (the next stream's cursor does)", l.pos.Cursor, err)
+			// The error last: its own words end with the step that helps.
+			c.logf("listen: could not acknowledge %d (the next stream's cursor will): %v", l.pos.Cursor, err)
 			return
 		}
 		acked, ackedAt = l.pos, time.Now()

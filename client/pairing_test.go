@@ -459,6 +459,60 @@ func testRemovedDeviceUnauthorized(t *testing.T, mode pairtest.Mode) {
 	wantNextStep(t, "Listen after the removal", err, "ask an admin for a new invitation and pair again")
 }
 
+// TestAckRefusedLogLine: a stream's lazy acknowledgement refused because
+// its device was removed is logged with the refusal's own words last, so
+// that the line ends with the step that helps. Seen red when the line
+// ended "pair again (the next stream's cursor does)".
+func TestAckRefusedLogLine(t *testing.T) { forModes(t, testAckRefusedLogLine) }
+
+func testAckRefusedLogLine(t *testing.T, mode pairtest.Mode) {
+	clock := pairtest.NewClock()
+	cr := pairtest.NewContractMode(t, mode, clock, time.Hour)
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+	}
+	phone, _ := paired(t, cr, "phone", &client.MemoryStore{}, client.WithLogf(logf))
+	ctx := context.Background()
+	if _, err := phone.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	laptop := newClient(t, cr.URL, cr.Mint("laptop", time.Hour))
+	if _, err := laptop.Send(ctx, client.NewID(), []string{"phone"}, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	got, stop := listenInto(t, phone, &client.MemoryCursor{})
+	expect(t, got, "one") // handed over, not yet acknowledged (ackEvery)
+	clock.Advance(time.Second)
+	if err := cr.Remove("phone"); err != nil {
+		t.Fatal(err)
+	}
+	// The removal ends the stream, whose end acknowledges.
+	var ack string
+	for deadline := time.Now().Add(15 * time.Second); ack == "" && time.Now().Before(deadline); {
+		mu.Lock()
+		for _, l := range lines {
+			if strings.Contains(l, "acknowledg") {
+				ack = l
+			}
+		}
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // bounded poll of the listener's goroutine
+	}
+	_ = stop()
+	const start, next = "listen: could not acknowledge 1 (the next stream's cursor will): ", "ask an admin for a new invitation and pair again"
+	if !strings.HasPrefix(ack, start) || !strings.HasSuffix(ack, next) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the acknowledgement's line %q does not start with %q and end with %q; all lines:\n%s", ack, start, next, strings.Join(lines, "\n"))
+	}
+}
+
 // wantNextStep fails unless err's text ends with next, the step that
 // helps: a refusal that only repeats the relay's words leaves the user
 // guessing.

@@ -37,7 +37,8 @@ type Config struct {
 	// a setting): with it the relay mints tokens and pairs devices.
 	IssuerKey ed25519.PrivateKey
 	// VAPIDKeyFile holds the relay's VAPID private key (Web Push),
-	// created on first start; VAPIDPrivateKey, when set, is the key itself
+	// created on the first start with Web Push on (a VAPIDSubject, or an
+	// https PublicURL); VAPIDPrivateKey, when set, is the key itself
 	// (a fleet's relays share one). VAPIDSubject is the contact the VAPID
 	// tokens carry; empty: PublicURL when it is https.
 	VAPIDKeyFile    string
@@ -375,7 +376,7 @@ var settings = []Setting{
 		c.PushAllowPrivate = b
 		return nil
 	}},
-	{"FN_VAPID_KEY_FILE", "data/vapid.key", "the relay's VAPID private key for Web Push (base64url P-256 scalar), created on first start (mode 0600) when FN_VAPID_PRIVATE_KEY is empty", str(func(c *Config) *string { return &c.VAPIDKeyFile })},
+	{"FN_VAPID_KEY_FILE", "data/vapid.key", "the relay's VAPID private key for Web Push (base64url P-256 scalar), created (mode 0600) on the first start with Web Push on (FN_VAPID_SUBJECT, or an https FN_PUBLIC_URL) when FN_VAPID_PRIVATE_KEY is empty", str(func(c *Config) *string { return &c.VAPIDKeyFile })},
 	{"FN_VAPID_PRIVATE_KEY", "", "the VAPID private key itself (base64url, as web-push tools write it), instead of the file: every relay of a fleet must use the same one", str(func(c *Config) *string { return &c.VAPIDPrivateKey })},
 	{"FN_VAPID_SUBJECT", "", "the contact VAPID tokens give push services: mailto:you@example.com or an https:// URL; empty: FN_PUBLIC_URL when it is https, else no webpush kind", func(c *Config, v string) error {
 		c.VAPIDSubject = v
