@@ -96,6 +96,12 @@ rate=$(grep -o 'achieved=[0-9.]*' "$work/summary" | cut -d= -f2)
 	echo "## CPU profile (go tool pprof -top -cum)"
 	go tool pprof -top -cum -nodecount=45 "$work/relay" "$work/cpu.prof" 2>/dev/null
 	echo
+	# The same profile, showing only the relay's own functions: each with
+	# the time of everything it called, so that a request's or a
+	# delivery's parts can be told apart.
+	echo "## The relay's own functions (go tool pprof -top -cum -show 'flamenet/relay/')"
+	go tool pprof -top -cum -nodecount=60 -show 'flamenet/relay/' "$work/relay" "$work/cpu.prof" 2>/dev/null | sed -n '/flat%/,$p'
+	echo
 	echo "## User and system CPU time (/proc/<pid>/stat, over the profile's ${profile_seconds}s at ${rate}/s achieved)"
 	awk -v u=$((${user1:-0} - ${user0:-0})) -v s=$((${sys1:-0} - ${sys0:-0})) -v hz="$(getconf CLK_TCK)" -v n="$profile_seconds" -v r="${rate:-0}" 'BEGIN {
 		n *= r
