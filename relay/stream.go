@@ -50,8 +50,8 @@ const (
 var streamOutcomes = []string{streamSuperseded, streamDrained, streamExpired, streamRemoved, streamError, streamHangup, streamCut}
 
 // Stream life and keep-alive: a comment (SSE) or a ping line (NDJSON)
-// every 15 to 25 s keeps idle proxies and NATs from dropping the
-// connection; a stream ends after at most its life (FN_STREAM_LIFE, less
+// 15 to 25 s after the last thing written keeps idle proxies and NATs
+// from dropping the connection; a stream ends after at most its life (FN_STREAM_LIFE, less
 // up to a tenth, and never past its token's expiry), so that its client
 // comes back with a fresh token and a fresh connection.
 const (
@@ -89,8 +89,9 @@ type stream struct {
 	// Held in its handler (HTTP/2): the writer.
 	w http.ResponseWriter
 
-	bytes int64
-	buf   []byte
+	bytes  int64
+	buf    []byte
+	pingAt time.Time // when the next keep-alive is due
 }
 
 // stream is GET /v1/stream.
@@ -279,7 +280,6 @@ func (st *stream) loop() string {
 	if st.early {
 		return streamHangup // it is pipelining, or confused: nobody reads this
 	}
-	ping := s.streamPing()
 	for {
 		if p.pos.Pending(p.after) {
 			startStoreBudget(st.ctx, s.cfg.StoreTimeout)
@@ -295,13 +295,12 @@ func (st *stream) loop() string {
 		if !now.Before(st.ends) {
 			return st.end(streamExpired, nil)
 		}
-		if !now.Before(ping) {
+		if !now.Before(st.pingAt) {
 			if err := st.ping(); err != nil {
 				return streamCut
 			}
-			ping = s.streamPing()
 		}
-		until := ping
+		until := st.pingAt
 		if st.ends.Before(until) {
 			until = st.ends
 		}
@@ -388,6 +387,18 @@ func (st *stream) event(name string, id int64, b store.Batch) error {
 		return errCut
 	}
 	return st.flush()
+}
+
+// flush sends what the handler's writer holds (a hijacked connection
+// holds nothing), and puts the next keep-alive a ping's interval after
+// it: a stream whose events come more often than that needs none, and a
+// sleeping phone's radio wakes for none.
+func (st *stream) flush() error {
+	st.pingAt = st.s.streamPing()
+	if st.conn != nil {
+		return nil
+	}
+	return http.NewResponseController(st.w).Flush()
 }
 
 // ping writes a keep-alive.
@@ -484,13 +495,4 @@ func (st *stream) Write(b []byte) (int, error) {
 	}
 	st.bytes += int64(n)
 	return n, err
-}
-
-// flush sends what the handler's writer holds; a hijacked connection
-// holds nothing.
-func (st *stream) flush() error {
-	if st.conn != nil {
-		return nil
-	}
-	return http.NewResponseController(st.w).Flush()
 }

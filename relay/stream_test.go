@@ -450,6 +450,53 @@ func TestStreamLifeAndPings(t *testing.T) {
 	}
 }
 
+// TestStreamPingsOnlyWhenIdle: a keep-alive is due a ping's interval
+// after the last thing written, so a stream whose envelopes come more
+// often carries none; once they stop, pings come again.
+func TestStreamPingsOnlyWhenIdle(t *testing.T) {
+	h := newHarness(t, nil)
+	h.srv.hooks.streamPing = time.Second
+	phone := h.register("home", "phone")
+	laptop := h.register("home", "laptop")
+	st := h.openStream(phone, "", true)
+	st.next()
+	const n = 15 // one every 200 ms: 3 s, three pings' worth
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for i := range n {
+			<-tick.C
+			h.send(laptop, fmt.Sprint("m", i), []byte("x"), "phone")
+		}
+	}()
+	got, pings := 0, 0
+	for got < n {
+		ev := <-st.events
+		switch ev.Name {
+		case "ping":
+			pings++
+		case "envelopes":
+			got += len(ev.answer(t).Envelopes)
+		default:
+			t.Fatalf("event %q (%s) while envelopes came", ev.Name, ev.Data)
+		}
+	}
+	<-sent
+	if pings != 0 {
+		t.Fatalf("%d pings while an envelope came every 200 ms, with a ping due 1 s after the last event", pings)
+	}
+	select {
+	case ev := <-st.events:
+		if ev.Name != "ping" {
+			t.Fatalf("event %q (%s) on an idle stream, want a ping", ev.Name, ev.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no ping on a stream idle for 10 s, with one due after 1 s")
+	}
+}
+
 // TestStreamEndsWithItsToken: a stream ends, "expired", when its token
 // does, so that its client comes back with a fresh one.
 func TestStreamEndsWithItsToken(t *testing.T) {
