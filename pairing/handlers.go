@@ -247,6 +247,9 @@ func (p *Pairing) ListInvitations(w http.ResponseWriter, r *http.Request, c *tok
 type pairRequest struct {
 	Code        *string `json:"code" msgpack:"code"`
 	IdentityKey *[]byte `json:"identity_key" msgpack:"identity_key"`
+	// Scope, when set, is the only scope the caller can use: a code of
+	// another is refused as any refused code is, and stays unspent.
+	Scope *string `json:"scope" msgpack:"scope"`
 }
 
 type renewRequest struct {
@@ -287,6 +290,12 @@ func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
 		}
 		key = *req.IdentityKey
 	}
+	var scope string
+	if req.Scope != nil {
+		if scope = *req.Scope; scope != token.ScopeDevice && scope != token.ScopeAdmin {
+			return badRequest("scope must be device or admin.")
+		}
+	}
 	code, ok := normalizeCode(*req.Code)
 	if !ok {
 		return p.refuse(r, "malformed")
@@ -294,7 +303,7 @@ func (p *Pairing) Pair(w http.ResponseWriter, r *http.Request) error {
 	secret := p.keys.newSecret()
 	now := p.now().UTC().Truncate(time.Microsecond)
 	pp := store.PairParams{Code: p.keys.hashCode(code), IdentityKey: key, Now: now,
-		Secret: store.HashSecret(secret), SecretExpires: now.Add(p.cfg.RenewalTTL)}
+		Secret: store.HashSecret(secret), SecretExpires: now.Add(p.cfg.RenewalTTL), Scope: scope}
 	ctx, cancel := p.api.StoreContext(r.Context())
 	defer cancel()
 	g, err := p.store.Pair(ctx, pp)

@@ -219,6 +219,25 @@ func TestTypedCodePairs(t *testing.T) {
 	h.pairWith(map[string]any{"code": typed}, http.StatusOK)
 }
 
+// TestPairOnlyScope: a pairing that names the scope it can use (as the
+// console does: admin) is refused, as a wrong code is, for a code of
+// another scope, which stays unspent for the device it was made for; a
+// scope that is neither is a 400.
+func TestPairOnlyScope(t *testing.T) {
+	h, clk := newPairingHarness(t, nil)
+	admin := h.adminAt(clk.now())
+	phone := h.invite(admin, "phone", "")
+	h.pairWith(map[string]any{"code": phone.Code, "scope": "admin"}, http.StatusUnauthorized)
+	if g := h.pairWith(map[string]any{"code": phone.Code}, http.StatusOK); g.Device != "phone" || g.Scope != token.ScopeDevice {
+		t.Fatalf("the phone's code after the console's refusal paired %+v", g)
+	}
+	laptop := h.invite(admin, "laptop", token.ScopeAdmin)
+	if g := h.pairWith(map[string]any{"code": laptop.Code, "scope": "admin"}, http.StatusOK); g.Scope != token.ScopeAdmin {
+		t.Fatalf("an admin's code asked for as an admin's paired %+v", g)
+	}
+	h.pairWith(map[string]any{"code": laptop.Code, "scope": "owner"}, http.StatusBadRequest)
+}
+
 // TestPairRefusalsAlike: every refused code or secret (wrong, malformed,
 // used, expired, replaced, removed, revoked, reused) gets the same 401
 // with the same body; the reason is in the log only.

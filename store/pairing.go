@@ -25,6 +25,9 @@ const (
 	// RefusedReused: a renewal secret used before, beyond the one retry
 	// the grace allows: every renewal secret of the device was revoked.
 	RefusedReused = "reused"
+	// RefusedScope: an invitation of a scope other than the one asked
+	// for; it is not redeemed.
+	RefusedScope = "scope"
 )
 
 // ErrDeviceExists is CreateInvitation's refusal of an invitation for a
@@ -102,6 +105,9 @@ type PairParams struct {
 	Secret      SecretHash
 	// SecretExpires is when the new renewal secret expires.
 	SecretExpires time.Time
+	// Scope, when set, is the only scope the caller can use: an
+	// invitation of another is refused (RefusedScope) and stays unspent.
+	Scope string
 }
 
 // RenewParams exchanges a renewal secret for a new one.

@@ -170,6 +170,8 @@ FROM invitations i WHERE code_hash = $1 FOR UPDATE OF i`, p.Code[:]).
 		return store.Grant{}, store.Refused(store.RefusedUnknown)
 	case err != nil:
 		return store.Grant{}, err
+	case p.Scope != "" && g.Scope != p.Scope:
+		return store.Grant{}, store.Refused(store.RefusedScope)
 	case redeemed != nil:
 		return store.Grant{}, store.Refused(store.RefusedUsed)
 	case !micro(p.Now).Before(expires):

@@ -152,6 +152,8 @@ func (db *DB) Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
 			return store.Refused(store.RefusedUnknown)
 		case err != nil:
 			return err
+		case p.Scope != "" && g.Scope != p.Scope:
+			return store.Refused(store.RefusedScope)
 		case redeemed.Valid:
 			return store.Refused(store.RefusedUsed)
 		case micros(p.Now) >= expires:

@@ -85,6 +85,7 @@ func testPair(t *testing.T, open Opener) {
 
 	p := pairParams("CODE1", "s1", t0.Add(time.Minute))
 	p.IdentityKey = key
+	p.Scope = "admin"
 	g, err := s.Pair(ctx(t), p)
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +117,16 @@ func testPair(t *testing.T, open Opener) {
 	g = pairOK(t, s, "CODE3", "s5", t0.Add(10*time.Minute-time.Microsecond))
 	if g.Device != "tablet" || g.Scope != "device" {
 		t.Fatalf("Pair = %+v, want tablet's device grant", g)
+	}
+	// A code of another scope than the caller can use is refused and
+	// stays unspent (a console pairs only admin devices).
+	invite(t, s, "kettle", "CODE9", t0)
+	wrong := pairParams("CODE9", "s9", t0.Add(time.Minute))
+	wrong.Scope = "admin"
+	_, err = s.Pair(ctx(t), wrong)
+	refusedFor(t, err, store.RefusedScope, "a device's code asked for as an admin's")
+	if g, err := s.Pair(ctx(t), pairParams("CODE9", "s10", t0.Add(time.Minute))); err != nil || g.Device != "kettle" {
+		t.Fatalf("the code refused for its scope, redeemed: %+v, %v; want it unspent", g, err)
 	}
 }
 
