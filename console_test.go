@@ -379,7 +379,28 @@ func TestConsoleAppLink(t *testing.T) {
 	if status, body := request(t, "GET", base+"/v1/devices", admin, ""); status != http.StatusOK || bytes.Contains(body, []byte(`"phone"`)) {
 		t.Errorf("the devices: %d %s", status, body)
 	}
-	if errs := b.Errors(); len(errs) > 0 {
+
+	// The app's code typed into the console's Pair form: refused, and
+	// still the phone's (the console pairs only an admin's code).
+	b.Navigate(base + "/console/")
+	b.WaitFor("the pairing form", `document.readyState === "complete" && !document.getElementById("pair").hidden`)
+	b.Eval(`document.getElementById("code").value = `+js(inv.Code)+`; document.getElementById("pair-submit").click()`, nil)
+	b.WaitFor("the refusal", `document.getElementById("pair-error").textContent.includes("an app device's code")`)
+	if got := pending(t, base, admin); got["phone"] != "device" {
+		t.Errorf("the phone's invitation, typed into the console, was spent: %v", got)
+	}
+	b.Eval(`localStorage.getItem("relay-console")`, &stored)
+	if stored != nil {
+		t.Errorf("the browser paired with a typed app code: %v", stored)
+	}
+	// The refusal's 401 is the one error expected.
+	var errs []string
+	for _, e := range b.Errors() {
+		if !strings.Contains(e, "status of 401") || !strings.HasSuffix(e, "/v1/pair)") {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
 		t.Errorf("the pages logged errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

@@ -3,7 +3,7 @@
 // and a poll loop that hands each envelope to the app exactly once, in seq
 // order, with the cursor persisted in between.
 //
-//	c, _ := client.New("http://127.0.0.1:8080", token)
+//	c, _ := client.New(cmp.Or(os.Getenv("FN_RELAY_URL"), "http://127.0.0.1:8080"), token)
 //	res, err := c.Send(ctx, client.NewID(), []string{"phone"}, []byte("hello"))
 //
 //	err = c.Listen(ctx, client.FileCursor("phone.cursor"), func(ctx context.Context, e client.Envelope) error {

@@ -373,10 +373,14 @@ async function doPair() {
     button.disabled = true;
     say("pair-error", "");
     try {
-        await pair(base, el("code").value, { store });
+        // Only an admin's code: the console cannot use another, and the relay
+        // leaves it unspent for the app it was made for.
+        await pair(base, el("code").value, { store, scope: "admin" });
     }
     catch (e) {
-        const why = e instanceof RelayError && e.status === 401 ? "The code is not valid: mistyped, used, replaced or expired." : describe(e);
+        const why = e instanceof RelayError && e.status === 401
+            ? "The code is not valid here: mistyped, used, replaced, expired, or an app device's code (enter that one in the app: it is still unspent)."
+            : describe(e);
         say("pair-error", why);
         return;
     }

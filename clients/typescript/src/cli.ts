@@ -292,9 +292,10 @@ function nextStep(flags: Flags, env: NodeJS.ProcessEnv) {
     if (!c) throw e;
     const url = flags.get("url") || env.FN_RELAY_URL || c.url || DEFAULT_URL; // as storeClient chose it
     const scope = c.scope === "admin" ? " -scope admin" : "";
-    // -replace: the device may still exist (its secret used by a copy),
-    // and an invitation for an existing device must replace it.
-    throw new Error(`${e.message} (relay invite -household ${c.household} -device ${c.device}${scope} -replace, then relay-client pair -url ${url} -code CODE -store ${file})`, { cause: e });
+    // The invitation relay remove names. The refusal does not say why: a
+    // device refused for reuse of its secret still exists, and only
+    // -replace invites it.
+    throw new Error(`${e.message} (relay invite -household ${c.household} -device ${c.device}${scope}, then relay-client pair -url ${url} -code CODE -store ${file}; if relay devices still lists ${c.device}, invite with -replace)`, { cause: e });
   };
 }
 

@@ -345,6 +345,12 @@ export interface PairOptions {
   identityKey?: Uint8Array | string;
   /** Receives the credentials before pair resolves. */
   store?: CredentialStore;
+  /**
+   * The only scope the caller can use: a code of another scope is
+   * refused like a wrong code (401) and stays unspent, so that a console
+   * never spends an app device's code.
+   */
+  scope?: "device" | "admin";
   fetch?: typeof fetch;
   /** Bound of the request (default 30 s). */
   requestTimeoutMs?: number;
@@ -375,7 +381,8 @@ export async function pair(url: string, code: string, opts: PairOptions = {}): P
   const base = url.replace(/\/+$/, "");
   if (!/^https?:\/\/[^/]/.test(base)) throw new Error(`relay client: URL ${JSON.stringify(url)} is not http:// or https://`);
   if (!code.trim()) throw new Error("relay client: no pairing code");
-  const body: { code: string; identity_key?: string } = { code };
+  const body: { code: string; identity_key?: string; scope?: string } = { code };
+  if (opts.scope !== undefined) body.scope = opts.scope;
   if (opts.identityKey !== undefined) {
     const k = typeof opts.identityKey === "string" ? opts.identityKey : encodeBase64(opts.identityKey);
     body.identity_key = k;

@@ -439,7 +439,8 @@ export class RelayClient {
                     ackedAt = Date.now();
                 }
                 catch (err) {
-                    this.log(`listen: acknowledging ${at.cursor}: ${String(err)} (the next stream's cursor does)`);
+                    // The error last: its own words end with the step that helps.
+                    this.log(`listen: could not acknowledge ${at.cursor} (the next stream's cursor will): ${String(err)}`);
                 }
             };
             try {

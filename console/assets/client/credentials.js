@@ -286,6 +286,8 @@ export async function pair(url, code, opts = {}) {
     if (!code.trim())
         throw new Error("relay client: no pairing code");
     const body = { code };
+    if (opts.scope !== undefined)
+        body.scope = opts.scope;
     if (opts.identityKey !== undefined) {
         const k = typeof opts.identityKey === "string" ? opts.identityKey : encodeBase64(opts.identityKey);
         body.identity_key = k;

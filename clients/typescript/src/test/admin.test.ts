@@ -10,14 +10,15 @@ import { after, before, test } from "node:test";
 import { promisify } from "node:util";
 
 import { decodeBase64 } from "../base64.js";
-import { RelayClient, RelayError, fingerprint, pair } from "../index.js";
+import { MemoryCredentialStore, RelayClient, RelayError, RenewingCredentials, fingerprint, pair } from "../index.js";
 import { loadIdentity } from "../node.js";
-import { cliPath, household, startRelay } from "./relay.js";
+import { cliPath, eventually, household, startRelay } from "./relay.js";
 import type { Relay } from "./relay.js";
 
 let relay: Relay;
 before(async () => {
-  relay = await startRelay({}, { pairing: true });
+  // The tests together pair and renew more than the default 10 times a minute from one address.
+  relay = await startRelay({ FN_PAIR_RATE_PER_ADDRESS: "100" }, { pairing: true });
 });
 after(async () => {
   await relay?.stop();
@@ -151,7 +152,8 @@ test("the command line says what to do when the relay refuses a device for good"
     await admin.removeDevice("tablet");
     r = await cli("listen", "-store", file, "-wait", "1");
     assert.equal(r.code, 1, r.stderr);
-    assert.ok(r.stderr.endsWith(`ask an admin for a new invitation and pair again (relay invite -household ${hh} -device phone -replace, then relay-client pair -url ${relay.url} -code CODE -store ${file})\n`), r.stderr);
+    // The invitation relay remove names (no -replace: the device is gone).
+    assert.ok(r.stderr.endsWith(`ask an admin for a new invitation and pair again (relay invite -household ${hh} -device phone, then relay-client pair -url ${relay.url} -code CODE -store ${file}; if relay devices still lists phone, invite with -replace)\n`), r.stderr);
     // A removed device's token: token check asks the relay why.
     r = await cli("listen", "-url", relay.url, "-token", tablet, "-wait", "1");
     assert.equal(r.code, 1, r.stderr);
@@ -159,4 +161,35 @@ test("the command line says what to do when the relay refuses a device for good"
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+// A stream's acknowledgement refused because its device was removed is
+// logged with the refusal's own words last, so that the line ends with the
+// step that helps, as the Go client's does. Seen red when the line ended
+// "pair again (the next stream's cursor does)".
+test("listen logs a refused acknowledgement with the refusal's next step last", async () => {
+  const hh = household();
+  const admin = new RelayClient({ url: relay.url, token: await relay.token(hh, "admin", "admin") });
+  const store = new MemoryCredentialStore();
+  await pair(relay.url, (await admin.invite("phone")).code, { store });
+  const lines: string[] = [];
+  const phone = new RelayClient({ url: relay.url, credentials: await RenewingCredentials.open(relay.url, store), log: (l) => lines.push(l) });
+  await phone.register();
+  const laptop = new RelayClient({ url: relay.url, token: await relay.token(hh, "laptop") });
+  await laptop.send(["phone"], "one");
+  let got = 0;
+  const stop = new AbortController();
+  const done = phone.listen(() => void got++, { signal: stop.signal }).catch(() => {}); // ends refused
+  try {
+    await eventually("the envelope", () => got === 1); // handed over, not yet acknowledged
+    // The removal ends the stream, whose end acknowledges.
+    await admin.removeDevice("phone");
+    await eventually("the acknowledgement's line", () => lines.some((l) => l.includes("acknowledg")), 15_000);
+  } finally {
+    stop.abort();
+    await done;
+  }
+  const line = lines.find((l) => l.includes("acknowledg"))!;
+  const start = "listen: could not acknowledge 1 (the next stream's cursor will): ";
+  assert.ok(line.startsWith(start) && line.endsWith("ask an admin for a new invitation and pair again"), `the acknowledgement's line ${JSON.stringify(line)}; all lines:\n${lines.join("\n")}`);
 });
