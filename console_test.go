@@ -91,7 +91,9 @@ func TestConsole(t *testing.T) {
 	// The link's code pairs only once the household it names is confirmed.
 	// (The same page: only a reload reads a new fragment.)
 	b.Navigate(adminLink)
-	b.Eval(`location.reload()`, nil)
+	// Page.reload, not location.reload() in an evaluation, whose answer
+	// the reload can cut off.
+	b.Call("Page.reload", nil, nil)
 	b.WaitFor("the pairing form with the link's code and household", `!document.getElementById("pair-link").hidden &&
 		document.getElementById("pair-household").textContent === "home" && document.getElementById("code").value === `+js(adminCode))
 	shot("pair")

@@ -227,6 +227,17 @@ func (b *Browser) Call(method string, params, result any) {
 
 func (b *Browser) call(session, method string, params, result any) {
 	b.t.Helper()
+	if err := b.callErr(session, method, params, result); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// callErr is call that returns the page's error answer instead of
+// failing the test: an evaluation while the page navigates is answered
+// "Inspected target navigated or closed", which WaitFor waits out. A
+// broken pipe or a silent browser still fails the test.
+func (b *Browser) callErr(session, method string, params, result any) error {
+	b.t.Helper()
 	raw, err := json.Marshal(params)
 	if err != nil {
 		b.t.Fatal(err)
@@ -262,13 +273,14 @@ func (b *Browser) call(session, method string, params, result any) {
 		b.t.Fatalf("%s: the DevTools pipe closed", method)
 	}
 	if m.Error != nil {
-		b.t.Fatalf("%s: %d %s", method, m.Error.Code, m.Error.Message)
+		return fmt.Errorf("%s: %d %s", method, m.Error.Code, m.Error.Message)
 	}
 	if result != nil {
 		if err := json.Unmarshal(m.Result, result); err != nil {
 			b.t.Fatalf("%s: %v in %s", method, err, m.Result)
 		}
 	}
+	return nil
 }
 
 // Navigate opens url and waits until its document has loaded.
@@ -299,7 +311,9 @@ func (b *Browser) eval(expr string, result any) error {
 			} `json:"exception"`
 		} `json:"exceptionDetails"`
 	}
-	b.Call("Runtime.evaluate", map[string]any{"expression": expr, "awaitPromise": true, "returnByValue": true}, &r)
+	if err := b.callErr(b.session, "Runtime.evaluate", map[string]any{"expression": expr, "awaitPromise": true, "returnByValue": true}, &r); err != nil {
+		return err
+	}
 	if e := r.ExceptionDetails; e != nil {
 		return fmt.Errorf("%s %s", e.Text, e.Exception.Description)
 	}
