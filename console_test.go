@@ -443,6 +443,20 @@ func TestConsolePendingInvitations(t *testing.T) {
 	if got := pending(t, base, admin); len(got) != 1 || got["laptop"] != "admin" {
 		t.Errorf("pending after the cancel: %v, want only the laptop's", got)
 	}
+
+	// An invitation made on the page and redeemed elsewhere: once the
+	// page hears it is no longer pending, its code is no longer shown.
+	b.Eval(`document.getElementById("invite-device").value = "phone"; document.getElementById("invite-form").requestSubmit()`, nil)
+	b.WaitFor("the phone's invitation shown", `document.getElementById("inv-code").textContent !== "" &&
+		getComputedStyle(document.getElementById("invitation")).display !== "none"`)
+	var code string
+	b.Eval(`document.getElementById("inv-code").textContent`, &code)
+	if status, body := request(t, "POST", base+"/v1/pair", "", `{"code":"`+code+`"}`); status != http.StatusOK {
+		t.Fatalf("the phone's pairing: %d %s", status, body)
+	}
+	b.Eval(`document.getElementById("refresh").click()`, nil)
+	b.WaitFor("the redeemed invitation no longer shown", `document.querySelector('#device-rows tr[data-device="phone"]') &&
+		getComputedStyle(document.getElementById("invitation")).display === "none"`)
 	if errs := b.Errors(); len(errs) > 0 {
 		t.Errorf("the page logged errors:\n%s", strings.Join(errs, "\n"))
 	}

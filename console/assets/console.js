@@ -234,6 +234,11 @@ async function refreshPending(c) {
     });
     el("pending-rows").replaceChildren(...rows);
     show("pending-none", rows.length === 0);
+    // The invitation shown is done with once it is no longer pending
+    // (redeemed, cancelled elsewhere, expired): its code would only mislead.
+    const shown = el("inv-device").dataset.device;
+    if (shown && !pending.some((i) => i.device === shown))
+        show("invitation", false);
 }
 async function cancelInvitation(device) {
     if (!client)
