@@ -25,35 +25,45 @@ func BenchmarkHeldPollMemory(b *testing.B) {
 }
 
 func heldPollMemory(tb testing.TB, n int) (stack, heap uint64) {
+	return heldMemory(tb, n, func(ctx context.Context, h *harness, tok string) {
+		_, _ = h.do(ctx, "GET", "/v1/poll?wait=60", tok, nil)
+	}, func(h *harness) {
+		eventually(tb, "every poll held", func() bool { return h.srv.HeldPolls() == int64(n) })
+		// Held counts a poll from before its first read (its device's
+		// registration, queued on SQLite's one writer): what is measured
+		// is every poll waiting, each parked.
+		eventually(tb, "every poll parked", func() bool { return h.srv.parking != nil && h.srv.parking.Parked.Load() == int64(n) })
+	})
+}
+
+// heldMemory is what n devices cost in stack and heap, each held by hold
+// (which returns when ctx ends), once wait says that all of them are.
+func heldMemory(tb testing.TB, n int, hold func(ctx context.Context, h *harness, tok string), wait func(h *harness)) (stack, heap uint64) {
 	h := newHarness(tb, nil)
 	toks := make([]string, n)
 	for i := range n {
 		toks[i] = h.token(fmt.Sprint("h", i), "d")
 	}
 	runtime.GC()
-	var before, held runtime.MemStats
+	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, n)
 	for i := range n {
 		go func() {
-			_, _ = h.do(ctx, "GET", "/v1/poll?wait=60", toks[i], nil)
+			hold(ctx, h, toks[i])
 			done <- struct{}{}
 		}()
 	}
-	eventually(tb, "every poll held", func() bool { return h.srv.HeldPolls() == int64(n) })
-	// Held counts a poll from before its first read (its device's
-	// registration, queued on SQLite's one writer): what is measured is
-	// every poll waiting, each parked.
-	eventually(tb, "every poll parked", func() bool { return h.srv.parking != nil && h.srv.parking.Parked.Load() == int64(n) })
+	wait(h)
 	runtime.GC()
 	runtime.GC() // the second cycle shrinks stacks the first found oversized
-	runtime.ReadMemStats(&held)
+	runtime.ReadMemStats(&after)
 	cancel()
 	for range n {
 		<-done
 	}
-	return (held.StackInuse - before.StackInuse) / uint64(n), (held.HeapInuse - before.HeapInuse) / uint64(n)
+	return (after.StackInuse - before.StackInuse) / uint64(n), (after.HeapInuse - before.HeapInuse) / uint64(n)
 }
 
 // BenchmarkHeldStreamMemory is BenchmarkHeldPollMemory for idle streams,
@@ -70,63 +80,43 @@ func BenchmarkHeldStreamMemory(b *testing.B) {
 }
 
 func heldStreamMemory(tb testing.TB, n int) (stack, heap uint64) {
-	h := newHarness(tb, nil)
-	toks := make([]string, n)
-	for i := range n {
-		toks[i] = h.token(fmt.Sprint("h", i), "d")
-	}
-	runtime.GC()
-	var before, held runtime.MemStats
-	runtime.ReadMemStats(&before)
-	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan error, n)
-	done := make(chan struct{}, n)
-	for i := range n {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			req, err := http.NewRequestWithContext(ctx, "GET", h.url+"/v1/stream", nil)
-			if err != nil {
-				ready <- err
-				return
-			}
-			req.Header.Set("Authorization", "Bearer "+toks[i])
-			resp, err := h.client.Do(req)
-			if err != nil {
-				ready <- err
-				return
-			}
-			defer resp.Body.Close()
-			// Small buffers: the client's side is measured too, and a
-			// poll's client holds none.
-			rd := bufio.NewReaderSize(resp.Body, 128)
-			for {
-				line, err := rd.ReadString('\n')
-				if err != nil {
-					ready <- err
-					return
-				}
-				if line == "event: ready\n" {
-					break
-				}
-			}
-			ready <- nil
-			var b [128]byte
-			for err == nil {
-				_, err = rd.Read(b[:])
-			}
-		}()
-	}
-	for range n {
-		if err := <-ready; err != nil {
-			tb.Fatal(err)
+	return heldMemory(tb, n, func(ctx context.Context, h *harness, tok string) {
+		req, err := http.NewRequestWithContext(ctx, "GET", h.url+"/v1/stream", nil)
+		if err != nil {
+			ready <- err
+			return
 		}
-	}
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&held)
-	cancel()
-	for range n {
-		<-done
-	}
-	return (held.StackInuse - before.StackInuse) / uint64(n), (held.HeapInuse - before.HeapInuse) / uint64(n)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := h.client.Do(req)
+		if err != nil {
+			ready <- err
+			return
+		}
+		defer resp.Body.Close()
+		// Small buffers: the client's side is measured too, and a poll's
+		// client holds none.
+		rd := bufio.NewReaderSize(resp.Body, 128)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				ready <- err
+				return
+			}
+			if line == "event: ready\n" {
+				break
+			}
+		}
+		ready <- nil
+		var b [128]byte
+		for err == nil {
+			_, err = rd.Read(b[:])
+		}
+	}, func(*harness) {
+		for range n {
+			if err := <-ready; err != nil {
+				tb.Fatal(err)
+			}
+		}
+	})
 }
