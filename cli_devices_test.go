@@ -16,14 +16,8 @@ import (
 // then stop working, and says so; removing it again is the relay's 404,
 // exit 1. The admin token is the issuer key's, as relay invite's.
 func TestDevicesAndRemove(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "issuer.key")
-	p := start(t, map[string]string{
-		"FN_LISTEN":          "127.0.0.1:0",
-		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEY_FILE": keyFile,
-	})
-	base := "http://" + p.addr
+	p, base, keyFile := startPairing(t, nil)
+	dir := filepath.Dir(keyFile) // its directory, the test's own
 	ctx := context.Background()
 	relayCmd := func(args ...string) (string, error) {
 		var stdout, stderr bytes.Buffer

@@ -25,14 +25,7 @@ import (
 // link carrying it, its expiry and the link as a QR code; the relay's
 // access log names the command's token relay-cli.
 func TestInvite(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "issuer.key")
-	p := start(t, map[string]string{
-		"FN_LISTEN":          "127.0.0.1:0",
-		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEY_FILE": keyFile,
-	})
-	base := "http://" + p.addr
+	p, base, keyFile := startPairing(t, nil)
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{"invite", "-household", "flat", "-device", "tablet", "-scope", "admin", "-url", base, "-issuer-key-file", keyFile},
 		noEnv, &stdout, &stderr)
@@ -184,14 +177,8 @@ func TestInviteToken(t *testing.T) {
 // the two can compare them, and a device invited but not yet paired shows
 // as pending, without a key.
 func TestPairFingerprintReachesTheInviter(t *testing.T) {
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "issuer.key")
-	p := start(t, map[string]string{
-		"FN_LISTEN":          "127.0.0.1:0",
-		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEY_FILE": keyFile,
-	})
-	base := "http://" + p.addr
+	_, base, keyFile := startPairing(t, nil)
+	dir := filepath.Dir(keyFile) // its directory, the test's own
 	invite := func(args ...string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer

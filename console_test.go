@@ -41,16 +41,8 @@ const consoleShots = "docs/console"
 // otherwise they are only checked to be whole PNGs.
 func TestConsole(t *testing.T) {
 	b := servicetest.Chromium(t, 1000, 600)
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "issuer.key")
-	p := start(t, map[string]string{
-		"FN_LISTEN":          "127.0.0.1:0",
-		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEY_FILE": keyFile,
-		"FN_CONSOLE":         "true",
-		"FN_LOG_LEVEL":       "debug",
-	})
-	base := "http://" + p.addr
+	p, base, keyFile := startPairing(t, map[string]string{"FN_CONSOLE": "true", "FN_LOG_LEVEL": "debug"})
+	dir := filepath.Dir(keyFile) // its directory, the test's own
 	cli := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(relayBin, args...)
@@ -261,21 +253,14 @@ const visiblePairButtons = `[...document.querySelectorAll("button")].filter((b) 
 // its base URL and an admin token of household home.
 func consoleRelay(t *testing.T) (*process, string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "issuer.key")
-	p := start(t, map[string]string{
-		"FN_LISTEN":          "127.0.0.1:0",
-		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
-		"FN_ISSUER_KEY_FILE": keyFile,
-		"FN_CONSOLE":         "true",
-	})
+	p, base, keyFile := startPairing(t, map[string]string{"FN_CONSOLE": "true"})
 	cmd := exec.Command(relayBin, "token", "-issuer-key-file", keyFile, "-household", "home", "-device", "admin", "-scope", "admin")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("relay token: %v", err)
 	}
-	return p, "http://" + p.addr, strings.TrimSpace(string(out))
+	return p, base, strings.TrimSpace(string(out))
 }
 
 type invitation struct{ Code, URL string }

@@ -218,6 +218,23 @@ func start(t *testing.T, vars map[string]string) *process {
 	return startCmd(t, exec.Command(relayBin), vars)
 }
 
+// startPairing starts a relay that pairs devices: on SQLite in a fresh
+// directory, with its own issuer key (made at start in keyFile), and
+// extra's settings besides. base is its URL.
+func startPairing(t *testing.T, extra map[string]string) (p *process, base, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	keyFile = filepath.Join(dir, "issuer.key")
+	vars := map[string]string{
+		"FN_LISTEN":          "127.0.0.1:0",
+		"FN_DATABASE_URL":    "sqlite:" + filepath.Join(dir, "relay.db"),
+		"FN_ISSUER_KEY_FILE": keyFile,
+	}
+	maps.Copy(vars, extra)
+	p = start(t, vars)
+	return p, "http://" + p.addr, keyFile
+}
+
 func startCmd(t *testing.T, cmd *exec.Cmd, vars map[string]string) *process {
 	t.Helper()
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
