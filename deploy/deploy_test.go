@@ -25,7 +25,7 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/config"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 
@@ -36,8 +36,8 @@ const (
 	minNofile   = 65536           // a held poll is an open file
 	drainMargin = 5 * time.Second // after the grace the relay still closes its store
 	waitMargin  = 10 * time.Second
-	one, fleet  = "compose.yaml", "compose.replicas.yaml"
-	ha          = "compose.ha.yaml" // the fleet on a highly available Postgres
+	one, fleet  = "compose.yaml", "deploy/compose.replicas.yaml"
+	ha          = "deploy/compose.ha.yaml" // the fleet on a highly available Postgres
 	unit, hap   = "deploy/relay.service", "deploy/haproxy.cfg"
 	kube        = "deploy/kubernetes" // kind -> manifest
 )
@@ -265,12 +265,18 @@ func (t tree) relays(p *problems) map[string]config.Config {
 // Dockerfile (compose.ha.yaml builds its Postgres from another).
 func (t tree) relayServices(file string) (out []string) {
 	for name, svc := range orMap(t.get(file, "services")) {
-		if b := dig(svc, "build"); b != nil && path.Clean(str(dig(b, "context"))) == "." {
+		if b := dig(svc, "build"); b != nil && inRoot(file, str(dig(b, "context"))) == "." {
 			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// inRoot is a path named in a compose file, which compose reads from the
+// file's own directory, as a path from the repository's root.
+func inRoot(file, p string) string {
+	return path.Join(path.Dir(file), p)
 }
 
 // balanced checks a fleet's load balancer: timeouts above the longest
@@ -287,7 +293,7 @@ func (t tree) balanced(fleet string, r map[string]config.Config, p *problems) {
 		}
 		p.when(str(t.get(fleet, "services.lb.depends_on."+name+".condition")) != "service_healthy", "%s lb: does not wait for %s to be healthy", fleet, name)
 	}
-	if !slices.ContainsFunc(strs(t.get(fleet, "services.lb.volumes")), func(v string) bool { return path.Clean(strings.Split(v, ":")[0]) == hap }) {
+	if !slices.ContainsFunc(strs(t.get(fleet, "services.lb.volumes")), func(v string) bool { return inRoot(fleet, strings.Split(v, ":")[0]) == hap }) {
 		p.add("%s lb: does not mount %s", fleet, hap)
 	}
 }
@@ -577,7 +583,7 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{fleet, "services.relay-1.environment.FN_RELAY_REPLICAS", "3", "FN_RELAY_REPLICAS says 3"},
 		{fleet, "services.relay-2", nil, "FN_RELAY_REPLICAS says 2"},
 		{fleet, "services.lb.ulimits", map[string]any{"nofile": 65536}, "maxconn"},
-		{fleet, "services.lb.volumes", []any{"./haproxy.cfg:/etc/haproxy.cfg"}, "mount"},
+		{fleet, "services.lb.volumes", []any{"./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg"}, "mount"},
 		{fleet, "services.lb.depends_on.relay-2", nil, "healthy"},
 		{hap, "defaults.timeout", []any{"client 90s", "server 60000"}, "timeout server"},
 		{hap, "defaults.timeout", []any{"client 50s", "server 90s"}, "timeout client"},

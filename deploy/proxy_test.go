@@ -28,8 +28,8 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/client"
-	"github.com/flamenet/relay/config"
-	"github.com/flamenet/relay/console"
+	"github.com/flamenet/relay/internal/config"
+	"github.com/flamenet/relay/internal/console"
 	"github.com/flamenet/relay/internal/servicetest"
 )
 

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	relayconfig "github.com/flamenet/relay/config"
+	relayconfig "github.com/flamenet/relay/internal/config"
 )
 
 type config struct {

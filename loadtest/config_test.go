@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	relayconfig "github.com/flamenet/relay/config"
+	relayconfig "github.com/flamenet/relay/internal/config"
 )
 
 func env(m map[string]string) func(string) string {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	relayconfig "github.com/flamenet/relay/config"
+	relayconfig "github.com/flamenet/relay/internal/config"
 )
 
 // lenientRelay is a fake relay that accepts everything: every request is

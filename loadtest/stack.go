@@ -25,7 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	relayconfig "github.com/flamenet/relay/config"
+	relayconfig "github.com/flamenet/relay/internal/config"
 	"github.com/flamenet/relay/loadtest/report"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/flamenet/relay/config"
 	"github.com/flamenet/relay/internal/accesslog"
+	"github.com/flamenet/relay/internal/config"
 	"github.com/flamenet/relay/internal/position"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/push"

@@ -3,7 +3,7 @@ package relay
 import (
 	"testing"
 
-	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/config"
 )
 
 // DefaultConfig is the server's configuration at the binary's defaults.

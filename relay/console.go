@@ -6,8 +6,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/flamenet/relay/console"
-	"github.com/flamenet/relay/pairing"
+	"github.com/flamenet/relay/internal/console"
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/token"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	qrcode "github.com/skip2/go-qrcode"
 
-	"github.com/flamenet/relay/console"
-	"github.com/flamenet/relay/pairing"
+	"github.com/flamenet/relay/internal/console"
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/token"
 )
 

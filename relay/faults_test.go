@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flamenet/relay/fleet"
+	"github.com/flamenet/relay/internal/fleet"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/store/postgres"

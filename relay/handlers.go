@@ -14,8 +14,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/devices"
 	"github.com/flamenet/relay/internal/edkey"
+	"github.com/flamenet/relay/internal/memory"
 	"github.com/flamenet/relay/internal/wire"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
@@ -407,7 +407,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, c *token.Claims) e
 		// holding a recipient's poll (this one or another) hands the
 		// envelope over without reading back what was just written.
 		var env *store.Envelope
-		if len(req.Payload) <= devices.WakeEnvelopeMax {
+		if len(req.Payload) <= memory.WakeEnvelopeMax {
 			env = &store.Envelope{ID: req.ID, From: c.Device, SentAt: p.Now.UTC().Truncate(time.Microsecond), Payload: req.Payload}
 		}
 		s.afterCommit(r.Context(), c.Household, res.Deliveries, env)
@@ -472,7 +472,7 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		if env != nil {
 			e := *env
 			e.Seq = d.Seq
-			wakes[i].Envelope = devices.EncodeEnvelope(e)
+			wakes[i].Envelope = memory.EncodeEnvelope(e)
 		}
 	}
 	// Who holds a poll is read before the wake-up: a poll the wake-up

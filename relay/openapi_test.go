@@ -19,9 +19,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/internal/webpush"
 	"github.com/flamenet/relay/internal/wire"
-	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/token"
 )

@@ -6,8 +6,8 @@ import (
 	"net/http"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/devices"
-	"github.com/flamenet/relay/pairing"
+	"github.com/flamenet/relay/internal/memory"
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
 )
@@ -70,7 +70,7 @@ func (a pairingAPI) NoteDevice(ctx context.Context, household, device string) {
 // relay, as a removal does.
 type pairingStore struct {
 	store.Store
-	memory *devices.Memory
+	memory *memory.Memory
 	hub    wake.Hub
 	log    *slog.Logger
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flamenet/relay/pairing"
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/token"
 )
 

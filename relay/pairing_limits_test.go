@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/internal/wire"
-	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/token"
 )

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/internal/wire"
-	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/token"
 	"github.com/flamenet/relay/wake/local"

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/devices"
+	"github.com/flamenet/relay/internal/memory"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/token"
 )
@@ -331,7 +331,7 @@ func TestWakeCarriesSmallEnvelopes(t *testing.T) {
 	phone := b.register("home", "phone")
 	laptop := a.register("home", "laptop")
 	fetches := func() float64 { return testutil.ToFloat64(b.srv.metrics.storeCalls.WithLabelValues("fetch")) }
-	for i, size := range []int{100, devices.WakeEnvelopeMax, devices.WakeEnvelopeMax + 1} {
+	for i, size := range []int{100, memory.WakeEnvelopeMax, memory.WakeEnvelopeMax + 1} {
 		before := fetches()
 		held := heldPoll(b, phone, fmt.Sprintf("cursor=%d&wait=10", i))
 		eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })
@@ -342,7 +342,7 @@ func TestWakeCarriesSmallEnvelopes(t *testing.T) {
 			t.Fatalf("poll %d = %+v", i, p)
 		}
 		want := 0.0
-		if size > devices.WakeEnvelopeMax {
+		if size > memory.WakeEnvelopeMax {
 			want = 1
 		}
 		if d := fetches() - before; d != want {

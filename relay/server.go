@@ -24,17 +24,17 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flamenet/relay/device"
-	"github.com/flamenet/relay/devices"
-	"github.com/flamenet/relay/expire"
-	"github.com/flamenet/relay/fleet"
 	"github.com/flamenet/relay/internal/accesslog"
 	"github.com/flamenet/relay/internal/bodyguard"
 	"github.com/flamenet/relay/internal/buckets"
 	"github.com/flamenet/relay/internal/cors"
+	"github.com/flamenet/relay/internal/expire"
+	"github.com/flamenet/relay/internal/fleet"
+	"github.com/flamenet/relay/internal/memory"
+	"github.com/flamenet/relay/internal/pairing"
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/ready"
 	"github.com/flamenet/relay/internal/service"
-	"github.com/flamenet/relay/pairing"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -76,9 +76,9 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	memory *devices.Memory
+	memory *memory.Memory
 	// watch checks the store's history and knows its current epoch.
-	watch   *devices.Watch
+	watch   *memory.Watch
 	parking *parking.Lot // nil until Serve
 	fleet   *fleet.Watch // nil with one relay
 	// services are the background work, started in New and stopped in
@@ -219,7 +219,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.metrics = m
 	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
 	s.readiness = ready.New(s.store.Ping, s.log)
-	s.memory = devices.New(devices.Config{
+	s.memory = memory.New(memory.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,
 		OnAcks: func(res store.AckManyResult, err error) {
 			s.metrics.acked.Add(float64(res.Deleted))
@@ -236,7 +236,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			}
 		},
 	})
-	s.watch = devices.NewWatch(devices.WatchConfig{
+	s.watch = memory.NewWatch(memory.WatchConfig{
 		Store: s.store, Memory: s.memory, Timeout: cfg.StoreTimeout, Logger: s.log,
 		Dropped: func(epochChanged bool) {
 			s.metrics.memoryDrops.Inc()

@@ -17,10 +17,10 @@ import (
 	"github.com/flamenet/relay/seal"
 )
 
-var update = flag.Bool("update", false, "rewrite clients/testdata/e2e/vectors.json")
+var update = flag.Bool("update", false, "rewrite seal/testdata/e2e/vectors.json")
 
 // vectorsPath is where both clients read the test vectors.
-var vectorsPath = filepath.Join("..", "clients", "testdata", "e2e", "vectors.json")
+var vectorsPath = filepath.Join("testdata", "e2e", "vectors.json")
 
 // The schema of vectors.json (docs/E2E.md, Test vectors).
 type vectorFile struct {

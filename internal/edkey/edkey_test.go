@@ -66,9 +66,9 @@ func TestMontgomery(t *testing.T) {
 }
 
 // TestSharedVectors: the verdict of every identity key the TypeScript
-// client is held to as well (clients/testdata/keys).
+// client is held to as well (seal/testdata/keys).
 func TestSharedVectors(t *testing.T) {
-	b, err := os.ReadFile("../../clients/testdata/keys/identity_keys.json")
+	b, err := os.ReadFile("../../seal/testdata/keys/identity_keys.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package fdlimit raises the process's open-file limit and works out how
 // many held polls it leaves room for. A held poll costs one file descriptor
-// (its socket) with one relay, and two (plus a Redis connection) with
-// several; past the limit, accepting connections fails hard.
+// (its socket), with one relay or several: the Redis subscriber connections
+// are shared by every held poll. Past the limit, accepting connections fails
+// hard.
 package fdlimit
 
 import (
@@ -65,7 +66,7 @@ func Current() (soft, hard uint64, err error) {
 
 // Budget says what a relay's settings need besides held polls.
 type Budget struct {
-	PerPoll  int // descriptors one held poll costs: 1 alone, 2 with Redis wake-ups
+	PerPoll  int // descriptors one held poll costs: its socket
 	Reserved int // store and Redis pools, sends in flight, listeners, logs
 }
 

@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/config"
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/token"

@@ -22,7 +22,7 @@ var (
 
 // TypeScriptClient installs the TypeScript client's pinned dependencies
 // (npm ci) and compiles it (npm run build), once per test process, and
-// returns its package directory (clients/typescript). A lock file beside
+// returns its package directory (client/typescript). A lock file beside
 // it keeps test processes that run at once (go test ./...) from building
 // it together. Without node or npm the test skips, or fails when services
 // are required.
@@ -45,7 +45,7 @@ func buildTypeScript() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("go list -m: %w", err)
 	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "clients", "typescript")
+	dir := filepath.Join(strings.TrimSpace(string(out)), "client", "typescript")
 	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "relay-typescript-build.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return "", err

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flamenet/relay/config"
+	"github.com/flamenet/relay/internal/config"
 )
 
 const (
