@@ -1,4 +1,4 @@
-package hapg
+package hapg_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/internal/hapg"
+	"github.com/flamenet/relay/internal/hapg/hapgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -46,7 +48,7 @@ func count(t *testing.T, ctx context.Context, url string) int {
 // gone fails the test when a process of dir is still alive.
 func gone(t *testing.T, dir string) {
 	t.Helper()
-	if left := members(nil, dir); len(left) > 0 {
+	if left := hapg.Members(nil, dir); len(left) > 0 {
 		t.Errorf("processes %v of %s still alive", left, dir)
 	}
 }
@@ -55,7 +57,7 @@ func gone(t *testing.T, dir string) {
 // a commit waits only until the monitor takes synchronous replication off
 // the primary (wait_primary), which it does on its own.
 func TestStandbyLostSync(t *testing.T) {
-	f := Start(t, Sync)
+	f := hapgtest.Start(t, hapg.Sync)
 	ctx := t.Context()
 	insert(t, ctx, f.URL(), 0, 1)
 	primary, err := f.Primary(ctx)
@@ -82,7 +84,7 @@ func TestStandbyLostSync(t *testing.T) {
 	if got := count(t, ctx, f.URL()); got != 2 {
 		t.Errorf("%d rows, want 2", got)
 	}
-	gone(t, standby.dir)
+	gone(t, standby.Dir())
 
 	// Close leaves no process and no directory behind.
 	dir := f.Dir
@@ -100,7 +102,7 @@ func TestStandbyLostSync(t *testing.T) {
 // and the manager still promotes the standby. Then a stale formation (its
 // owner gone) is cleaned up by the next start's CleanStale.
 func TestAsyncCutLosesCommits(t *testing.T) {
-	f := Start(t, Async)
+	f := hapgtest.Start(t, hapg.Async)
 	ctx := t.Context()
 	names, err := f.SyncStandbyNames(ctx, f.Nodes[0])
 	if err != nil || names != "" {
@@ -133,7 +135,7 @@ func TestAsyncCutLosesCommits(t *testing.T) {
 	if err := os.WriteFile(f.Dir+"/owner", []byte(owner), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	CleanStale()
+	hapg.CleanStale()
 	gone(t, f.Dir)
 	if _, err := os.Stat(f.Dir); !os.IsNotExist(err) {
 		t.Errorf("stale %s still there (%v)", f.Dir, err)
@@ -141,15 +143,15 @@ func TestAsyncCutLosesCommits(t *testing.T) {
 }
 
 // waitReplayed waits until the standby has replayed what the primary has.
-func waitReplayed(t *testing.T, ctx context.Context, f *Formation) {
+func waitReplayed(t *testing.T, ctx context.Context, f *hapg.Formation) {
 	t.Helper()
 	p, err := f.Primary(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = poll(ctx, 30*time.Second, "the standby to replay", func() error {
+	err = hapg.Poll(ctx, 30*time.Second, "the standby to replay", func() error {
 		var caughtUp bool
-		err := f.query(ctx, p, Database, func(c *pgx.Conn) error {
+		err := f.Query(ctx, p, hapg.Database, func(c *pgx.Conn) error {
 			return c.QueryRow(ctx, "SELECT count(*) = 1 AND bool_and(replay_lsn = pg_current_wal_lsn()) FROM pg_stat_replication").Scan(&caughtUp)
 		})
 		if err == nil && !caughtUp {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/internal/hapg"
+	"github.com/flamenet/relay/internal/hapg/hapgtest"
 	"github.com/flamenet/relay/token"
 )
 
@@ -61,7 +62,7 @@ type pollAnswer struct {
 // store holds is skipped: every send in its sends table reaches its
 // recipient. Within one epoch no envelope comes twice and seqs rise.
 func TestAsyncPrimaryLost(t *testing.T) {
-	f := hapg.Start(t, hapg.Async)
+	f := hapgtest.Start(t, hapg.Async)
 	base, key := startRelay(t, f.URL())
 	ctx := t.Context()
 	mint := func(dev string) string { return mintToken(t, key, dev, token.ScopeDevice) }

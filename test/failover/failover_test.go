@@ -26,6 +26,7 @@ import (
 
 	"github.com/flamenet/relay/client"
 	"github.com/flamenet/relay/internal/hapg"
+	"github.com/flamenet/relay/internal/hapg/hapgtest"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/token"
 )
@@ -333,7 +334,7 @@ func (l *load) finish(event time.Time) {
 // 500, never later than the store's deadline); deliveries resume within
 // 15 s of the kill.
 func TestPrimaryLost(t *testing.T) {
-	f := hapg.Start(t, hapg.Sync)
+	f := hapgtest.Start(t, hapg.Sync)
 	base, key := startRelay(t, f.URL())
 	l := startLoad(t, base, key)
 	ctx := t.Context()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/internal/hapg"
+	"github.com/flamenet/relay/internal/hapg/hapgtest"
 	"github.com/flamenet/relay/token"
 )
 
@@ -27,7 +28,7 @@ import (
 // and polls read nothing of what the standby lacks: a relay started in
 // the cut answers them 503.
 func TestStandbySilent(t *testing.T) {
-	f := hapg.Start(t, hapg.Sync)
+	f := hapgtest.Start(t, hapg.Sync)
 	base, key := startRelay(t, f.URL())
 	ctx := t.Context()
 	hc := &http.Client{Timeout: storeTimeout + answerSlack + 10*time.Second}

@@ -1,0 +1,3 @@
+// Package deps holds no code: its test keeps test code out of the
+// project's binaries.
+package deps
