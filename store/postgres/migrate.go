@@ -5,58 +5,18 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"log/slog"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
+	"github.com/flamenet/relay/internal/migrate"
 	"github.com/jackc/pgx/v5"
 )
 
+// Migrations are numbered files, NNNN_name.sql (internal/migrate's rules).
+//
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one numbered file of migrations/, applied once, in order.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations reads the embedded files. A name is NNNN_what.sql; the number
-// is the version recorded in schema_version.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, fmt.Errorf("read migrations: %w", err)
-	}
-	var ms []migration
-	seen := make(map[int]string)
-	for _, e := range entries {
-		name := e.Name()
-		num, _, ok := strings.Cut(name, "_")
-		if !ok || path.Ext(name) != ".sql" {
-			return nil, fmt.Errorf("migration %q: want NNNN_name.sql", name)
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %q: bad version %q", name, num)
-		}
-		if other, dup := seen[v]; dup {
-			return nil, fmt.Errorf("migrations %q and %q share version %d", other, name, v)
-		}
-		seen[v] = name
-		body, err := migrationFiles.ReadFile("migrations/" + name)
-		if err != nil {
-			return nil, fmt.Errorf("read migration %q: %w", name, err)
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
+func migrations() ([]migrate.Migration, error) { return migrate.Load(migrationFiles, "migrations") }
 
 // migrateLockKey names the advisory lock that serialises migrations of one
 // schema (search_path), so that replicas starting together take turns while
@@ -72,7 +32,7 @@ func migrateLockKey(searchPath string) int64 {
 // the whole run. conn is a connection of its own: the lock must stay on one
 // session, and a pooled connection would go back to the pool still holding
 // it if the unlock failed. createSchema, when not empty, is created first.
-func migrate(ctx context.Context, conn *pgx.Conn, searchPath, createSchema string, log *slog.Logger) (err error) {
+func migrateSchema(ctx context.Context, conn *pgx.Conn, searchPath, createSchema string, log *slog.Logger) (err error) {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -111,25 +71,21 @@ func migrate(ctx context.Context, conn *pgx.Conn, searchPath, createSchema strin
 	for _, v := range applied {
 		done[v] = true
 	}
-	for _, m := range ms {
-		if done[m.version] {
-			continue
+	return migrate.Apply(ctx, ms, log, func(ctx context.Context, m migrate.Migration) (bool, error) {
+		if done[m.Version] {
+			return false, nil
 		}
-		if err := apply(ctx, conn, m); err != nil {
-			return err
-		}
-		log.Info("applied migration", "version", m.version, "name", m.name)
-	}
-	return nil
+		return true, apply(ctx, conn, m)
+	})
 }
 
-func apply(ctx context.Context, conn *pgx.Conn, m migration) error {
+func apply(ctx context.Context, conn *pgx.Conn, m migrate.Migration) error {
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO schema_version (version, name) VALUES ($1, $2)", m.version, m.name)
+		_, err := tx.Exec(ctx, "INSERT INTO schema_version (version, name) VALUES ($1, $2)", m.Version, m.Name)
 		return err
 	})
-	return classify(fmt.Sprintf("migrate: apply %s", m.name), err)
+	return classify(fmt.Sprintf("migrate: apply %s", m.Name), err)
 }

@@ -77,8 +77,8 @@ func TestConcurrentOpen(t *testing.T) {
 	if err := db.pool.QueryRow(ctx, "SELECT count(*), max(version) FROM schema_version").Scan(&versions, &latest); err != nil {
 		t.Fatal(err)
 	}
-	if versions != len(ms) || latest != ms[len(ms)-1].version {
-		t.Errorf("schema_version holds %d versions up to %d, want %d up to %d", versions, latest, len(ms), ms[len(ms)-1].version)
+	if versions != len(ms) || latest != ms[len(ms)-1].Version {
+		t.Errorf("schema_version holds %d versions up to %d, want %d up to %d", versions, latest, len(ms), ms[len(ms)-1].Version)
 	}
 	if got := applied.Load(); got != int64(len(ms)) {
 		t.Errorf("reopening applied %d more migrations, want none", got-int64(len(ms)))

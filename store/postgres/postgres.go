@@ -142,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		return nil, classify("connect", err)
 	}
-	err = migrate(ctx, mc, params["search_path"], cfg.Schema, log)
+	err = migrateSchema(ctx, mc, params["search_path"], cfg.Schema, log)
 	if cerr := mc.Close(ctx); err == nil && cerr != nil {
 		err = classify("close migration connection", cerr)
 	}

@@ -96,7 +96,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	path := tempPath(t)
 
 	// Two opens of a fresh file at once: each migration is applied once.

@@ -157,7 +157,7 @@ func check(ctx context.Context, src string) error {
 	if err != nil {
 		return err
 	}
-	if latest := ms[len(ms)-1].version; version > latest {
+	if latest := ms[len(ms)-1].Version; version > latest {
 		return fmt.Errorf("its schema (version %d) is newer than this relay's (%d): restore it with the relay that wrote it", version, latest)
 	}
 	return nil

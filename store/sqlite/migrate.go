@@ -5,54 +5,19 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/flamenet/relay/internal/migrate"
 )
 
-// Migrations are numbered files, NNNN_name.sql, applied in order, each in
-// one transaction together with its row in schema_version. A file, once
-// released, is never edited: a change is a new file.
+// Migrations are numbered files, NNNN_name.sql (internal/migrate's rules),
+// applied in order, each in one transaction together with its row in
+// schema_version.
 //
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, f := range files {
-		base := path.Base(f)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive number and '_'", base)
-		}
-		body, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: base, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("migrations %s and %s share a version", ms[i-1].name, ms[i].name)
-		}
-	}
-	return ms, nil
-}
+func migrations() ([]migrate.Migration, error) { return migrate.Load(migrationFS, "migrations") }
 
 // migrate applies the migrations this file lacks. The version check runs
 // inside each migration's IMMEDIATE transaction, so two processes opening
@@ -68,34 +33,27 @@ func (db *DB) migrate(ctx context.Context) error {
 	)`); err != nil {
 		return wrap(ctx, "migrate", err)
 	}
-	for _, m := range ms {
-		applied := false
-		err := db.write(ctx, "migrate "+m.name, func(tx *sql.Tx) error {
+	return migrate.Apply(ctx, ms, db.log, func(ctx context.Context, m migrate.Migration) (applied bool, err error) {
+		err = db.write(ctx, "migrate "+m.Name, func(tx *sql.Tx) error {
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_version WHERE version = ?`, m.version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_version WHERE version = ?`, m.Version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, applied_at) VALUES (?, ?)`,
-				m.version, micros(time.Now())); err != nil {
+				m.Version, micros(time.Now())); err != nil {
 				return err
 			}
 			applied = true
 			return nil
 		})
-		if err != nil {
-			return err
-		}
-		if applied {
-			db.log.Info("applied migration", "version", m.version, "name", m.name)
-		}
-	}
-	return nil
+		return applied, err
+	})
 }
 
 // SchemaVersion reports the highest migration applied to the file.
