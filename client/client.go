@@ -189,7 +189,7 @@ func NewWithCredentials(baseURL string, src CredentialSource, opts ...Option) (*
 	return c, nil
 }
 
-// NewID is a fresh send id: 16 random bytes in base64url, unique enough
+// NewID returns a fresh send id: 16 random bytes in base64url, unique enough
 // that two sends of one device never share one.
 func NewID() string {
 	b := make([]byte, 16)
@@ -220,7 +220,7 @@ type Envelope struct {
 	Payload []byte `json:"payload" msgpack:"payload"`
 }
 
-// Time is when the relay committed the send.
+// Time returns when the relay committed the send.
 func (e Envelope) Time() (time.Time, error) { return time.Parse(time.RFC3339Nano, e.SentAt) }
 
 // PollResult is a poll's 200.

@@ -76,7 +76,7 @@ func (c Credentials) valid() error {
 	return nil
 }
 
-// renewLead is how long before the access token's expiry it is renewed:
+// renewLead returns how long before the access token's expiry it is renewed:
 // a third of its life, or 5 minutes, whichever is less. Its life is read
 // from the token's own iat and exp (the relay's clock on both ends, so a
 // client clock that is off does not shorten or stretch it); without iat,
@@ -90,7 +90,7 @@ func renewLead(c Credentials) time.Duration {
 	return min(life/3, most)
 }
 
-// tokenLife is the access token's exp less its iat (0 when unknown).
+// tokenLife returns the access token's exp less its iat (0 when unknown).
 func tokenLife(c Credentials) time.Duration {
 	iat, exp, ok := tokenTimes(c.AccessToken)
 	if !ok || exp <= iat {

@@ -36,7 +36,7 @@ type CursorStore interface {
 	Save(ctx context.Context, p Position) error
 }
 
-// validEpoch is the wire's rule for an epoch: 1 to 32 characters of
+// validEpoch reports whether e keeps the wire's rule for an epoch: 1 to 32 characters of
 // [A-Za-z0-9_-].
 func validEpoch(e string) bool {
 	if len(e) < 1 || len(e) > 32 {

@@ -330,7 +330,7 @@ func (l *listener) tokenDue() bool {
 	return ok && d.Due()
 }
 
-// spinFloor is how soon an empty answer to a poll held for wait seconds
+// spinFloor returns how soon an empty answer to a poll held for wait seconds
 // counts as "at once": well before the relay's own early answer, which
 // comes in the last tenth of the wait.
 func spinFloor(wait int) time.Duration {

@@ -22,7 +22,7 @@ func (e *RedirectError) Error() string {
 	return "client: refusing a redirect from " + e.From + " to " + e.To + ", another origin than the relay's"
 }
 
-// sameOriginOnly is a CheckRedirect that refuses a redirect leaving the
+// sameOriginOnly returns a CheckRedirect that refuses a redirect leaving the
 // first request's origin and leaves the rest to next (net/http's default,
 // at most 10 redirects, when nil).
 func sameOriginOnly(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
@@ -41,7 +41,7 @@ func sameOriginOnly(next func(*http.Request, []*http.Request) error) func(*http.
 	}
 }
 
-// origin is u's scheme, host and port, lower case, with the scheme's
+// origin returns u's scheme, host and port, lower case, with the scheme's
 // default port made explicit, so that http://Relay and http://relay:80 are
 // one origin and http://relay:80 and https://relay:80 are two.
 func origin(u *url.URL) string {

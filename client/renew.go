@@ -193,7 +193,7 @@ func (r *Renewing) fresh(ctx context.Context, refusedTok string) (string, error)
 	}
 }
 
-// renewalRefused is the final error of a renewal the relay refused (e,
+// renewalRefused returns the final error of a renewal the relay refused (e,
 // within err). The relay gives one 401 for every cause, so the error names
 // them and the one step that helps with each: a new invitation.
 func renewalRefused(err error, e *Error) error {
@@ -245,7 +245,7 @@ func (r *Renewing) adoptSaved(ctx context.Context, secret string) bool {
 	return true
 }
 
-// exchange is the renewal itself: secret for a new set, saved, then current.
+// exchange performs the renewal itself: secret for a new set, saved, then current.
 func (r *Renewing) exchange(ctx context.Context, secret string) error {
 	var c Credentials
 	if err := postJSON(ctx, r.hc, r.timeout, r.base+"/v1/renew", map[string]string{"renewal_secret": secret}, &c); err != nil {
@@ -264,7 +264,7 @@ func (r *Renewing) exchange(ctx context.Context, secret string) error {
 	return nil
 }
 
-// renewAt is when cur is due: lead before the access token's end, by
+// renewAt returns when cur is due: lead before the access token's end, by
 // this process's clock from when it received the token, which no skew
 // between the clocks moves, or by the relay's exp for credentials loaded
 // from the store. r.mu is held.
@@ -276,7 +276,7 @@ func (r *Renewing) renewAt() time.Time {
 	return end.Add(-r.lead)
 }
 
-// originOnly is a copy of hc (a new client when nil) that refuses
+// originOnly returns a copy of hc (a new client when nil) that refuses
 // redirects to another origin, as the Client does.
 func originOnly(hc *http.Client) *http.Client {
 	if hc == nil {

@@ -47,13 +47,13 @@ func (c *Client) NewSealer(ctx context.Context, id *seal.Identity, ring *seal.Ke
 	return &Sealer{c: c, id: id, ring: ring, household: reg.Household, device: reg.Device}, nil
 }
 
-// Household is the device's household, as the relay named it.
+// Household returns the device's household, as the relay named it.
 func (s *Sealer) Household() string { return s.household }
 
-// Device is the device's name, as the relay named it.
+// Device returns the device's name, as the relay named it.
 func (s *Sealer) Device() string { return s.device }
 
-// Fingerprint is the device's own fingerprint, for people to compare.
+// Fingerprint returns the device's own fingerprint, for people to compare.
 func (s *Sealer) Fingerprint() string { return s.id.Fingerprint() }
 
 // Refresh reads the whole directory into the keyring: keys never seen are

@@ -156,7 +156,7 @@ func (e *refusedError) Error() string {
 
 func (e *refusedError) Unwrap() []error { return []error{e.relay, e.why} }
 
-// transportNow is what Listen last received over; "" before it ran.
+// transportNow returns what Listen last received over; "" before it ran.
 func (c *Client) transportNow() string {
 	if t := c.transport.Load(); t != nil {
 		return t.(string)

@@ -8,10 +8,10 @@ type Key struct {
 	Device    string
 }
 
-// KeyOf is the key of household's device name.
+// KeyOf returns the key of household's device name.
 func KeyOf(household, name string) Key { return Key{Household: household, Device: name} }
 
-// Hash is k's hash under seed, for sharding maps of devices: the two names
+// Hash returns k's hash under seed, for sharding maps of devices: the two names
 // are mixed unevenly, so that (a, b) and (b, a) land apart.
 func (k Key) Hash(seed maphash.Seed) uint64 {
 	return maphash.String(seed, k.Household)*0x9e3779b97f4a7c15 + maphash.String(seed, k.Device)

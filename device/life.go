@@ -17,7 +17,7 @@ type Life struct {
 	removed time.Time // UTC, to the microsecond as the stores keep it; zero: never removed
 }
 
-// LifeAfter is the life begun by a removal at removed (zero: never
+// LifeAfter returns the life begun by a removal at removed (zero: never
 // removed).
 func LifeAfter(removed time.Time) Life {
 	if removed.IsZero() {
@@ -26,7 +26,7 @@ func LifeAfter(removed time.Time) Life {
 	return Life{removed: removed.UTC().Truncate(time.Microsecond)}
 }
 
-// RemovedAt is the removal that began the life; zero if the name was
+// RemovedAt returns the removal that began the life; zero if the name was
 // never removed.
 func (l Life) RemovedAt() time.Time { return l.removed }
 
@@ -37,11 +37,11 @@ func (l Life) Admits(issuedAt time.Time) bool {
 	return l.removed.IsZero() || (!issuedAt.IsZero() && issuedAt.After(l.removed))
 }
 
-// Compare is -1 when l is an earlier life than o, +1 when later, 0 when
+// Compare returns -1 when l is an earlier life than o, +1 when later, 0 when
 // they are the same life.
 func (l Life) Compare(o Life) int { return l.removed.Compare(o.removed) }
 
-// Later is the later of l and o.
+// Later returns the later of l and o.
 func (l Life) Later(o Life) Life {
 	if o.Compare(l) > 0 {
 		return o
@@ -52,7 +52,7 @@ func (l Life) Later(o Life) Life {
 // IsZero reports whether the name was never removed.
 func (l Life) IsZero() bool { return l.removed.IsZero() }
 
-// String is the removal's time, or "first" for a name never removed.
+// String returns the removal's time, or "first" for a name never removed.
 func (l Life) String() string {
 	if l.removed.IsZero() {
 		return "first"

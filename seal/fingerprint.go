@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Fingerprint is key's short form for people to compare: 30 digits in six
+// Fingerprint returns key's short form for people to compare: 30 digits in six
 // groups of five, from SHA-256("fn-seal v1 fingerprint" || 0x00 || key).
 func Fingerprint(key ed25519.PublicKey) string {
 	h := sha256.New()
@@ -25,10 +25,10 @@ func Fingerprint(key ed25519.PublicKey) string {
 	return strings.Join(groups, " ")
 }
 
-// Fingerprint is the identity's own fingerprint.
+// Fingerprint returns the identity's own fingerprint.
 func (id *Identity) Fingerprint() string { return Fingerprint(id.Public()) }
 
-// SafetyNumber is what two devices compare to know they hold each other's
+// SafetyNumber returns what two devices compare to know they hold each other's
 // keys: their two fingerprints in string order, 60 digits. Both devices
 // compute the same number.
 func SafetyNumber(a, b ed25519.PublicKey) string {

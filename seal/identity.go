@@ -55,28 +55,28 @@ func (id *Identity) String() string { return "seal.Identity(" + id.Fingerprint()
 // GoString is String, for %#v.
 func (id *Identity) GoString() string { return id.String() }
 
-// Seed is the identity's secret: keep it as the app keeps its other
+// Seed returns the identity's secret: keep it as the app keeps its other
 // secrets (SaveIdentity writes it to a 0600 file).
 func (id *Identity) Seed() []byte { return id.priv.Seed() }
 
-// Public is the Ed25519 public key, the device's identity_key in the
+// Public returns the Ed25519 public key, the device's identity_key in the
 // directory.
 func (id *Identity) Public() ed25519.PublicKey {
 	return id.priv.Public().(ed25519.PublicKey)
 }
 
-// X25519Public is the public half of the derived X25519 key; it equals
+// X25519Public returns the public half of the derived X25519 key; it equals
 // X25519Key(id.Public()).
 func (id *Identity) X25519Public() []byte { return id.x.PublicKey().Bytes() }
 
-// KeyID is the first 8 bytes of SHA-256(key), as a recipient slot names
+// KeyID returns the first 8 bytes of SHA-256(key), as a recipient slot names
 // the key it was sealed to.
 func KeyID(key ed25519.PublicKey) [8]byte {
 	h := sha256.Sum256(key)
 	return [8]byte(h[:8])
 }
 
-// X25519Key is the Montgomery form u = (1+y)/(1-y) of an Ed25519 public
+// X25519Key returns the Montgomery form u = (1+y)/(1-y) of an Ed25519 public
 // key, the key an envelope's content key is sealed to. It refuses a key
 // that is not a canonical point or has small order, as the relay does.
 func X25519Key(key ed25519.PublicKey) ([]byte, error) {

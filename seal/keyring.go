@@ -159,7 +159,7 @@ func (k *Keyring) Trust(ctx context.Context, device string, key ed25519.PublicKe
 	return nil
 }
 
-// Recipients are the devices to seal to, with their pinned keys. A device
+// Recipients returns the devices to seal to, with their pinned keys. A device
 // without a pin, or that the directory last listed without a key, is
 // ErrUnknownSender; one whose listed key differs from its pin is
 // ErrKeyChanged: nothing is sealed to a changed key.

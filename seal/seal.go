@@ -61,7 +61,7 @@ var codes = []struct {
 	{ErrDecrypt, "decrypt"},
 }
 
-// Code is err's code in the format ("decrypt", "key_changed", ...), or ""
+// Code returns err's code in the format ("decrypt", "key_changed", ...), or ""
 // when err is none of the sentinel errors.
 func Code(err error) string {
 	for _, c := range codes {
@@ -352,7 +352,7 @@ func (r *reader) bytes(n int) []byte {
 	return s
 }
 
-// bytesOr is bytes, or def when the read fails (for fixed-size arrays).
+// bytesOr returns bytes, or def when the read fails (for fixed-size arrays).
 func (r *reader) bytesOr(n int, def []byte) []byte {
 	if s := r.bytes(n); s != nil {
 		return s
@@ -384,7 +384,7 @@ func appendStr8(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// validID is the protocol's rule for a send's id: 1 to 128 printable
+// validID reports whether id keeps the protocol's rule for a send's id: 1 to 128 printable
 // ASCII characters.
 func validID(id string) bool {
 	if len(id) < 1 || len(id) > maxIDLen {
@@ -398,7 +398,7 @@ func validID(id string) bool {
 	return true
 }
 
-// slotInfo is HPKE's info for recipient's slot: it binds the wrapped key
+// slotInfo returns HPKE's info for recipient's slot: it binds the wrapped key
 // to the household, the id, the sender, its key and the recipient, so a
 // slot cannot be moved into another envelope.
 func slotInfo(household, id, sender string, senderKey ed25519.PublicKey, recipient string, kid [keyIDSize]byte) []byte {
@@ -411,7 +411,7 @@ func slotInfo(household, id, sender string, senderKey ed25519.PublicKey, recipie
 	return append(b, kid[:]...)
 }
 
-// signed is what the signature covers: the context, then header and body.
+// signed returns what the signature covers: the context, then header and body.
 func signed(headerAndBody []byte) []byte {
 	return append([]byte(sigContext), headerAndBody...)
 }

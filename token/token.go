@@ -58,7 +58,7 @@ type Claims struct {
 	Scope     string // ScopeDevice or ScopeAdmin
 }
 
-// Key is the device the token speaks for.
+// Key returns the device the token speaks for.
 func (c *Claims) Key() device.Key { return device.KeyOf(c.Household, c.Device) }
 
 type header struct {
@@ -113,7 +113,7 @@ func unix(t time.Time) *json.Number {
 	return &n
 }
 
-// unixMicro is t as a NumericDate with a fraction of microseconds, when t
+// unixMicro returns t as a NumericDate with a fraction of microseconds, when t
 // has one (RFC 7519 allows non-integer values).
 func unixMicro(t time.Time) *json.Number {
 	us := t.UnixMicro()

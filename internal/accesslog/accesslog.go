@@ -114,7 +114,7 @@ func appendSafeQuery(attrs []slog.Attr, raw string) []slog.Attr {
 	return attrs
 }
 
-// ClientAddr is the client's address: the peer's, unless the peer is a
+// ClientAddr returns the client's address: the peer's, unless the peer is a
 // trusted proxy. Then X-Forwarded-For is walked from its right end (the
 // entry the nearest proxy appended) past trusted proxies; the first
 // address that is not one is the client. A malformed entry stops the walk

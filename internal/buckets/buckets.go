@@ -32,7 +32,7 @@ type bucket struct {
 // Sweep is the map size past which idle buckets are dropped.
 const Sweep = 4096
 
-// New is buckets of burst tokens each, refilled at r a second.
+// New returns buckets that hold burst tokens each, refilled at r a second.
 func New[K comparable](r float64, burst int) *Buckets[K] {
 	return &Buckets[K]{rate: rate.Limit(r), burst: burst, m: make(map[K]*bucket)}
 }
@@ -84,7 +84,7 @@ func (b *Buckets[K]) AllowProgress(key K, cursor int64, now time.Time) bool {
 	return bk.AllowN(now, 1)
 }
 
-// get is key's bucket, made (fresh) if there was none; b.mu is held.
+// get returns key's bucket, made (fresh) if there was none; b.mu is held.
 func (b *Buckets[K]) get(key K, now time.Time) (bk *bucket, fresh bool) {
 	if bk, ok := b.m[key]; ok {
 		return bk, false

@@ -71,7 +71,7 @@ func command(args []string) (string, []string) {
 	return "serve", args
 }
 
-// run is the whole program; tests call it with their own arguments,
+// run runs the whole program; tests call it with their own arguments,
 // environment and output. A request for help (-h, help) is not an error;
 // a mistake on the command line is exit 2, whichever command made it.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -150,7 +150,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	return usageErr("unknown command %q; relay help lists them", cmd)
 }
 
-// flags is a subcommand's flag set; its usage (-h) goes to stdout. about
+// flags returns a subcommand's flag set; its usage (-h) goes to stdout. about
 // is a one-sentence description, then any more paragraphs.
 func flags(name, synopsis, about string, stdout io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -204,7 +204,7 @@ func (e *exitError) Error() string {
 
 func (e *exitError) Unwrap() error { return e.err }
 
-// usageErr is a mistake on the command line: exit 2.
+// usageErr returns a mistake on the command line, which exits 2.
 func usageErr(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
 }

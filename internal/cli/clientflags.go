@@ -80,7 +80,7 @@ func logTo(stderr io.Writer, cmd string) client.Option {
 	})
 }
 
-// codecOption is -codec's client option.
+// codecOption returns -codec's client option.
 func codecOption(codec string) (client.Option, error) {
 	switch codec {
 	case "json":

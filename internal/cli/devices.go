@@ -30,7 +30,7 @@ func (f *adminFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyFile, "issuer-key-file", keyFileSetting.Default, "issuer private key file (env FN_ISSUER_KEY_FILE), the relay's own flag's name")
 }
 
-// token is the admin token (inviteToken) minted with the issuer key that
+// token returns the admin token (inviteToken) minted with the issuer key that
 // cliIssuerKey finds; from says where the key came from, for messages.
 func (f *adminFlags) token(fs *flag.FlagSet, getenv func(string) string) (tok, from string, err error) {
 	key, from, err := cliIssuerKey(fs, f.keyFile, getenv)
@@ -41,10 +41,10 @@ func (f *adminFlags) token(fs *flag.FlagSet, getenv func(string) string) (tok, f
 	return tok, from, err
 }
 
-// base is -url without a trailing slash.
+// base returns -url without a trailing slash.
 func (f *adminFlags) base() string { return strings.TrimRight(f.url, "/") }
 
-// client is a client of the relay with the admin token.
+// client returns a client of the relay with the admin token.
 func (f *adminFlags) client(fs *flag.FlagSet, getenv func(string) string) (c *client.Client, from string, err error) {
 	tok, from, err := f.token(fs, getenv)
 	if err != nil {
@@ -57,7 +57,7 @@ func (f *adminFlags) client(fs *flag.FlagSet, getenv func(string) string) (c *cl
 	return c, from, nil
 }
 
-// adminHint is what a refusal of an admin call most likely means.
+// adminHint returns what a refusal of an admin call most likely means.
 func adminHint(err error) string {
 	var e *client.Error
 	if errors.As(err, &e) && e.Status == http.StatusUnauthorized {

@@ -140,7 +140,7 @@ func deviceExists(ctx context.Context, base, tok, device string) (bool, error) {
 	return slices.ContainsFunc(devices, func(d client.DirectoryEntry) bool { return d.Device == device }), nil
 }
 
-// inviteToken is the admin token of household relay invite sends: sub
+// inviteToken returns the admin token of household relay invite sends: sub
 // relay-cli, living inviteTokenLife from now.
 func inviteToken(key ed25519.PrivateKey, household string, now time.Time) (string, error) {
 	return token.Mint(key, token.Claims{Household: household, Device: inviteSubject, Scope: token.ScopeAdmin,
@@ -175,8 +175,8 @@ func cancelInvitation(ctx context.Context, base, tok, device string) error {
 	return err
 }
 
-// adminCall is one request of relay invite with its admin token, bounded
-// by 30 s, and the first 4 MiB of the answer, which must have status
+// adminCall makes one request of relay invite with its admin token, bounded
+// by 30 s, and returns the first 4 MiB of the answer, which must have status
 // want; any other is an error carrying the status, the relay's message
 // and hints[status].
 func adminCall(ctx context.Context, method, url, tok string, body []byte, want int, hints map[int]string) ([]byte, error) {

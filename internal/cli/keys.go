@@ -59,7 +59,7 @@ func parseSeed(s string) (ed25519.PrivateKey, error) {
 	return ed25519.NewKeyFromSeed(seed), nil
 }
 
-// cliIssuerKey is the issuer private key a command that mints uses: from
+// cliIssuerKey returns the issuer private key a command that mints uses: from
 // its -issuer-key-file flag when given, else from
 // FN_ISSUER_PRIVATE_KEY (a base64 seed) when set, else from
 // FN_ISSUER_KEY_FILE, else from keyFile, the flag's default. from says
@@ -82,7 +82,7 @@ func cliIssuerKey(fset *flag.FlagSet, keyFile string, getenv func(string) string
 	return key, from, err
 }
 
-// loadVAPID is the relay's VAPID identity for Web Push: the key in
+// loadVAPID returns the relay's VAPID identity for Web Push: the key in
 // FN_VAPID_PRIVATE_KEY, or in FN_VAPID_KEY_FILE (created on first start,
 // mode 0600), with FN_VAPID_SUBJECT, or FN_PUBLIC_URL when it is https, as
 // its contact. Without a contact there is no webpush kind (and

@@ -130,7 +130,7 @@ func (f *clientFlags) refused(ctx context.Context, err error) error {
 		err, inviteAgain(c.Household, c.Device, scope), url, f.store, c.Device)
 }
 
-// inviteAgain is the command that invites a removed device again: it needs
+// inviteAgain returns the command that invites a removed device again: it needs
 // no -replace, the device being gone. scope is "" or " -scope admin".
 func inviteAgain(household, device, scope string) string {
 	return fmt.Sprintf("relay invite -household %s -device %s%s", household, device, scope)

@@ -10,7 +10,7 @@ import (
 	"github.com/flamenet/relay/internal/config"
 )
 
-// probe is a health check that needs nothing but this binary, for
+// probe runs a health check that needs nothing but this binary, for
 // container images that have no shell or curl.
 func probe(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flags("probe", "[URL]", "GETs the URL (default http://127.0.0.1:8080/ready) and exits 0 when it answers 200.", stdout)

@@ -42,7 +42,7 @@ func (f *sealFlags) check(name string) error {
 	return nil
 }
 
-// held is where listen -open keeps the envelopes it held back, beside the
+// held returns where listen -open keeps the envelopes it held back, beside the
 // identity whose device they were sent to.
 func (f *sealFlags) held() client.FileHeld { return client.FileHeld(f.identity + ".held") }
 

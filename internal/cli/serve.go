@@ -72,7 +72,7 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 // accessLogDelay is the longest an access log line waits to be written.
 const accessLogDelay = 100 * time.Millisecond
 
-// relayConfig is what the server takes of the configuration.
+// relayConfig returns what the server takes of the configuration.
 func relayConfig(c config.Config, keys []ed25519.PublicKey, heldPolls int) relay.Config {
 	return relay.Config{
 		IssuerKeys:          keys,
@@ -478,7 +478,7 @@ as an admin device, with the code this prints:
 	}
 }
 
-// selfCommand is how to run this binary again, from its argv[0]: "go run ."
+// selfCommand returns how to run this binary again, from its argv[0]: "go run ."
 // when go run built it, else argv[0] as typed.
 func selfCommand(arg0 string) string {
 	if goRunBuilt(arg0) {

@@ -26,7 +26,7 @@ var errRefused = &exitError{code: 1}
 // not ask: no verdict, which a script must not read as refused.
 const askExit = 3
 
-// checkToken is `relay token check`: it shows what a token says and
+// checkToken runs `relay token check`: it shows what a token says and
 // whether a relay with the same issuer settings would accept it, using the
 // relay's own verification (package token) and name rule.
 func checkToken(args []string, getenv func(string) string, stdout io.Writer) error {

@@ -55,7 +55,7 @@ func readBuild() build {
 	return b
 }
 
-// String is what `relay version` prints: the version, and the commit when
+// String returns what `relay version` prints: the version, and the commit when
 // it says more than the version does.
 func (b build) String() string {
 	s := b.Version
@@ -78,7 +78,7 @@ func short(rev string) string {
 	return rev
 }
 
-// buildInfoGauge is fn_build_info: always 1, the build in its labels, so
+// buildInfoGauge returns fn_build_info: always 1, the build in its labels, so
 // dashboards can tell which version each relay runs.
 func buildInfoGauge(b build) prometheus.Collector {
 	revision := b.Revision

@@ -62,7 +62,7 @@ type FlagError struct{ Err error }
 func (e *FlagError) Error() string { return e.Err.Error() }
 func (e *FlagError) Unwrap() error { return e.Err }
 
-// Settings is the table of every setting, in the order the docs show.
+// Settings returns the table of every setting, in the order the docs show.
 func Settings() []Setting { return slices.Clone(settings) }
 
 // Lookup finds the setting of an FN_* variable.
@@ -91,7 +91,7 @@ type settingValue struct {
 	c *Config
 }
 
-// String is empty: the usage text states the default itself.
+// String returns "": the usage text states the default itself.
 func (v settingValue) String() string     { return "" }
 func (v settingValue) Set(s string) error { return v.s.set(v.c, s) }
 
@@ -142,12 +142,12 @@ func LoadOnly(fs *flag.FlagSet, args []string, getenv func(string) string, envs 
 	return c, c.validate()
 }
 
-// FromEnv is the configuration an environment alone gives (no flags).
+// FromEnv returns the configuration an environment alone gives (no flags).
 func FromEnv(getenv func(string) string) (Config, error) {
 	return Load(flag.NewFlagSet("", flag.ContinueOnError), nil, getenv)
 }
 
-// Default is the configuration with every setting at its default.
+// Default returns the configuration with every setting at its default.
 func Default() Config {
 	c, err := FromEnv(func(string) string { return "" })
 	if err != nil {

@@ -139,7 +139,7 @@ type Setting struct {
 	set     func(c *Config, v string) error
 }
 
-// Flag is the command-line flag for the setting: FN_MAX_WAIT_SECS becomes
+// Flag returns the command-line flag for the setting: FN_MAX_WAIT_SECS becomes
 // -max-wait-secs.
 func (s Setting) Flag() string {
 	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.Env, "FN_")), "_", "-")
@@ -641,18 +641,18 @@ func (c Config) validate() error {
 // A "loop" in the per-loop pool settings is one scheduler thread: a pool of
 // N per loop is N x GOMAXPROCS connections.
 
-// RedisPoolSize is the Redis command pool of this process, which
+// RedisPoolSize returns the Redis command pool of this process, which
 // publishes wake-ups after commits. A held poll holds no Redis connection.
 func (c Config) RedisPoolSize() int {
 	return c.RedisConnsPerLoop * runtime.GOMAXPROCS(0)
 }
 
-// PostgresPoolSize is the Postgres pool of this process.
+// PostgresPoolSize returns the Postgres pool of this process.
 func (c Config) PostgresPoolSize() int {
 	return c.PostgresConnsPerLoop * runtime.GOMAXPROCS(0)
 }
 
-// Table is the Markdown table of every setting, as README.md and
+// Table returns the Markdown table of every setting, as README.md and
 // docs/OPERATIONS.md show it. A test keeps those files equal to it.
 func Table() string {
 	var b strings.Builder

@@ -35,7 +35,7 @@ func ParseDatabaseURL(v string) (Database, error) {
 	return Database{}, errors.New("want sqlite:PATH or a postgres:// URL")
 }
 
-// URL is the database as FN_DATABASE_URL spells it.
+// URL returns the database as FN_DATABASE_URL spells it.
 func (d Database) URL() string {
 	if d.Kind == SQLite {
 		return "sqlite:" + d.Path

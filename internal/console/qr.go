@@ -11,7 +11,7 @@ import (
 // shown at their own size.
 const ModulePixels = 4
 
-// QR is text as a QR code (error correction M, with its quiet zone) in
+// QR returns text as a QR code (error correction M, with its quiet zone) in
 // SVG: one path of unit squares on a white square, scaled by whoever
 // shows it.
 func QR(text string) ([]byte, error) {

@@ -111,7 +111,7 @@ func (r *Relay) Requests() []Request {
 	return append([]Request(nil), r.requests...)
 }
 
-// Cursor is the device's acknowledged cursor.
+// Cursor returns the device's acknowledged cursor.
 func (r *Relay) Cursor() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()

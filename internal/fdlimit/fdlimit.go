@@ -55,7 +55,7 @@ func RaiseTo(need uint64) (soft, hard uint64, err error) {
 	return lim.Cur, lim.Max, nil
 }
 
-// Current is the open-file limit in force: soft and hard.
+// Current returns the open-file limit in force: soft and hard.
 func Current() (soft, hard uint64, err error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -70,7 +70,7 @@ type Budget struct {
 	Reserved int // store and Redis pools, sends in flight, listeners, logs
 }
 
-// HeldPolls is how many held polls fit in limit descriptors.
+// HeldPolls returns how many held polls fit in limit descriptors.
 func (b Budget) HeldPolls(limit uint64) int {
 	if limit <= uint64(b.Reserved) {
 		return 0
@@ -78,7 +78,7 @@ func (b Budget) HeldPolls(limit uint64) int {
 	return int((limit - uint64(b.Reserved)) / uint64(b.PerPoll))
 }
 
-// Need is the open-file limit that n held polls need.
+// Need returns the open-file limit that n held polls need.
 func (b Budget) Need(n int) uint64 {
 	return uint64(b.Reserved) + uint64(n)*uint64(b.PerPoll)
 }

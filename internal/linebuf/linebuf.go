@@ -76,7 +76,7 @@ func (b *Writer) flushLocked() {
 	b.buf = b.buf[:0]
 }
 
-// Through is a writer to the same stream for writes that must not wait,
+// Through returns a writer to the same stream for writes that must not wait,
 // such as a log's other lines: each one first writes what the Writer
 // holds, so that the stream keeps the order of the writes.
 func (b *Writer) Through() io.Writer { return through{b} }

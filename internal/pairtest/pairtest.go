@@ -150,7 +150,7 @@ const (
 	Real Mode = "relay"
 )
 
-// Modes are both modes.
+// Modes returns both modes.
 func Modes() []Mode { return []Mode{Own, Real} }
 
 // enablePairing turns the relay's own pairing on (it holds the issuer's
@@ -263,7 +263,7 @@ func (cr *Contract) Invite(device string) string {
 	return code
 }
 
-// Mint is a device token of Household valid for life on the clock.
+// Mint returns a device token of Household valid for life on the clock.
 func (cr *Contract) Mint(device string, life time.Duration) string {
 	now := cr.Clock.Now()
 	tok, err := token.Mint(cr.key, token.Claims{Household: Household, Device: device, IssuedAt: now, Expires: now.Add(life)})
@@ -273,7 +273,7 @@ func (cr *Contract) Mint(device string, life time.Duration) string {
 	return tok
 }
 
-// Counts are the renewals asked for and the 401s the relay answered.
+// Counts returns the renewals asked for and the 401s the relay answered.
 func (cr *Contract) Counts() (renewals, refused int) {
 	cr.Mu.Lock()
 	defer cr.Mu.Unlock()
@@ -422,7 +422,7 @@ func (cr *Contract) control(mux *http.ServeMux) {
 	})
 }
 
-// IdentityKey is the identity key (base64) device gave when it paired:
+// IdentityKey returns the identity key (base64) device gave when it paired:
 // in Real mode, as the relay's GET /v1/invitations lists it.
 func (cr *Contract) IdentityKey(device string) string {
 	if cr.mode != Real {
@@ -476,7 +476,7 @@ func (cr *Contract) Remove(device string) error {
 	return nil
 }
 
-// admin is an admin token of Household.
+// admin returns an admin token of Household.
 func (cr *Contract) admin() string {
 	now := cr.Clock.Now()
 	tok, err := token.Mint(cr.key, token.Claims{Household: Household, Device: "admin", Scope: token.ScopeAdmin, IssuedAt: now, Expires: now.Add(time.Hour)})

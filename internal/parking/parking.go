@@ -42,7 +42,7 @@ func New(addr net.Addr, maxHead int) *Lot {
 	return &Lot{MaxHead: maxHead, ln: &listener{conns: make(chan net.Conn), closed: make(chan struct{}), addr: addr}}
 }
 
-// Listener is what the server serves to read parked polls again.
+// Listener returns what the server serves to read parked polls again.
 func (l *Lot) Listener() net.Listener { return l.ln }
 
 // Enter counts a poll in before it parks; false once closing began. A poll
@@ -96,7 +96,7 @@ func (l *Lot) Close(ctx context.Context) error {
 // CloseListener stops handing connections back.
 func (l *Lot) CloseListener() { l.ln.Close() }
 
-// Unwrap is the connection under one handed back, and the bytes it still
+// Unwrap returns the connection under one handed back, and the bytes it still
 // had to replay; for a connection not handed back, conn itself.
 func Unwrap(conn net.Conn) (net.Conn, []byte) {
 	if rc, ok := conn.(*replayConn); ok {

@@ -313,7 +313,7 @@ func (c *Cache) Removed(k device.Key, life device.Life) {
 // is stale, and reads in flight are not kept.
 func (c *Cache) Lost() { c.gen.Add(1) }
 
-// Len is the number of devices remembered, stale ones included.
+// Len returns the number of devices remembered, stale ones included.
 func (c *Cache) Len() int {
 	n := 0
 	for i := range c.shards {

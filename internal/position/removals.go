@@ -79,7 +79,7 @@ func (r *Removals) Fill(gen uint64, read map[device.Key]device.Life) bool {
 	return true
 }
 
-// Len is the number of removed devices known.
+// Len returns the number of removed devices known.
 func (r *Removals) Len() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()

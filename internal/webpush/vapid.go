@@ -37,7 +37,7 @@ type signed struct {
 	expiry time.Time
 }
 
-// NewVAPID is the VAPID identity of key with contact subject, which must
+// NewVAPID returns the VAPID identity of key with contact subject, which must
 // be a mailto: or https: URI (Apple's service takes nothing else).
 func NewVAPID(key *ecdsa.PrivateKey, subject string) (*VAPID, error) {
 	if key == nil || key.Curve != elliptic.P256() {
@@ -68,14 +68,14 @@ func CheckSubject(s string) error {
 	return fmt.Errorf("webpush: VAPID subject %q: want mailto:someone@example.com or an https:// URL", s)
 }
 
-// PublicKey is the VAPID public key as browsers take it for
+// PublicKey returns the VAPID public key as browsers take it for
 // applicationServerKey: the uncompressed point in unpadded base64url.
 func (v *VAPID) PublicKey() string { return v.public }
 
-// Subject is the contact the tokens carry.
+// Subject returns the contact the tokens carry.
 func (v *VAPID) Subject() string { return v.subject }
 
-// Authorization is the Authorization header of a push to endpoint at
+// Authorization returns the Authorization header of a push to endpoint at
 // now: "vapid t=<JWT>, k=<public key>" (RFC 8292 section 3), the JWT's aud
 // the endpoint's origin.
 func (v *VAPID) Authorization(endpoint string, now time.Time) (string, error) {
@@ -101,7 +101,7 @@ func (v *VAPID) Authorization(endpoint string, now time.Time) (string, error) {
 	return "vapid t=" + tok + ", k=" + v.public, nil
 }
 
-// sign is the ES256 JWT of aud and exp.
+// sign returns the ES256 JWT of aud and exp.
 func (v *VAPID) sign(aud string, exp time.Time) (string, error) {
 	enc := base64.RawURLEncoding
 	header, _ := json.Marshal(map[string]string{"typ": "JWT", "alg": "ES256"})
@@ -122,7 +122,7 @@ func (v *VAPID) sign(aud string, exp time.Time) (string, error) {
 	return input + "." + enc.EncodeToString(sig), nil
 }
 
-// GenerateVAPIDKey is a fresh P-256 key.
+// GenerateVAPIDKey returns a fresh P-256 key.
 func GenerateVAPIDKey() (*ecdsa.PrivateKey, error) {
 	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 }
@@ -144,7 +144,7 @@ func ParseVAPIDKey(s string) (*ecdsa.PrivateKey, error) {
 	return ecdsa.ParseRawPrivateKey(elliptic.P256(), b)
 }
 
-// FormatVAPIDKey is key as ParseVAPIDKey reads it.
+// FormatVAPIDKey returns key as ParseVAPIDKey reads it.
 func FormatVAPIDKey(key *ecdsa.PrivateKey) (string, error) {
 	b, err := key.Bytes()
 	if err != nil {

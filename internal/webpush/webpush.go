@@ -64,7 +64,7 @@ func (s Subscription) P256dhOK() bool {
 	return err == nil
 }
 
-// Encrypt is plaintext encrypted to s as an aes128gcm body of one record,
+// Encrypt returns plaintext encrypted to s as an aes128gcm body of one record,
 // padded to pad bytes of plaintext and padding (so that its length says
 // nothing more; 0: no padding), from a fresh sender key and salt.
 func Encrypt(s Subscription, plaintext []byte, pad int) ([]byte, error) {

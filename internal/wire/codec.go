@@ -220,7 +220,7 @@ func cleanDecodeError(err error) string {
 
 func quote(s string) string { return `"` + s + `"` }
 
-// bytesField is the JSON name of the field of bytes in the struct v points
+// bytesField returns the JSON name of the field of bytes in the struct v points
 // to ([]byte, or a pointer to one), for an error that names it.
 func bytesField(v any) string {
 	t := reflect.TypeOf(v)

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Timestamp is the wire form of a time: RFC 3339 in UTC with microseconds.
+// Timestamp returns the wire form of a time: RFC 3339 in UTC with microseconds.
 func Timestamp(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -30,7 +30,7 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
 
-// Errorf is an Error of status with a formatted message.
+// Errorf returns an Error of status with a formatted message.
 func Errorf(status int, format string, args ...any) *Error {
 	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
 }

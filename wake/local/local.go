@@ -52,7 +52,7 @@ func New(obs wake.Observer) *Hub {
 // Observe sets the observer.
 func (h *Hub) Observe(o wake.Observer) { h.obs.Store(&o) }
 
-// Observer is the observer set, or nil.
+// Observer returns the observer set, or nil.
 func (h *Hub) Observer() wake.Observer { return h.observer() }
 
 func (h *Hub) observer() wake.Observer {
@@ -268,10 +268,10 @@ func (w *Waiter) Wait(ctx context.Context) error {
 // Receiving consumes the wake.
 func (w *Waiter) Signaled() <-chan struct{} { return w.signal }
 
-// Done is closed when the waiter ends; Err then says why.
+// Done returns a channel closed when the waiter ends; Err then says why.
 func (w *Waiter) Done() <-chan struct{} { return w.done }
 
-// Err is nil while the waiter is live, then wake.ErrSuperseded or
+// Err returns nil while the waiter is live, then wake.ErrSuperseded or
 // wake.ErrClosed.
 func (w *Waiter) Err() error {
 	select {
@@ -282,7 +282,7 @@ func (w *Waiter) Err() error {
 	}
 }
 
-// Key is the device this waiter was registered for.
+// Key returns the device this waiter was registered for.
 func (w *Waiter) Key() device.Key { return w.key }
 
 // Close unregisters the waiter if it is still the one registered for its

@@ -184,7 +184,7 @@ func channelNames(prefix string, shards int) []string {
 
 const slotCount = 16384
 
-// slot is Redis Cluster's key slot of a hash tag's content: CRC16-XMODEM
+// slot returns Redis Cluster's key slot of a hash tag's content: CRC16-XMODEM
 // modulo 16384.
 func slot(tag string) int {
 	var crc uint16

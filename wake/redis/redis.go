@@ -260,7 +260,7 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 	return h, nil
 }
 
-// channelPrefix is prefix and the database the client selects. Pub/sub
+// channelPrefix returns prefix and the database the client selects. Pub/sub
 // channels are the whole server's, whatever database a connection
 // selected: without the number, fleets kept apart on one Redis by their
 // databases, as their keys are, would wake each other's polls. Database 0
@@ -291,13 +291,13 @@ func fatal(err error) bool {
 	return true
 }
 
-// stamp is the hub's monotonic clock in nanoseconds, never 0.
+// stamp returns the hub's monotonic clock in nanoseconds, never 0.
 func (h *Hub) stamp() int64 { return int64(time.Since(h.epoch)) + 1 }
 
-// Channels are the shard channels, in shard order.
+// Channels returns the shard channels, in shard order.
 func (h *Hub) Channels() []string { return append([]string(nil), h.channels...) }
 
-// Channel is the shard channel that carries k's wakes.
+// Channel returns the shard channel that carries k's wakes.
 func (h *Hub) Channel(k device.Key) string { return h.channels[shardOf(k, h.cfg.Shards)] }
 
 // Subscribe registers k's one waiter on this process, superseding an older
@@ -416,7 +416,7 @@ func (h *Hub) Degrade(until time.Time) {
 	h.degradedUntil.Store(until.UnixNano())
 }
 
-// Health is nil while wakes flow: the subscriptions are confirmed, the
+// Health returns nil while wakes flow: the subscriptions are confirmed, the
 // hub's own heartbeat came back within HeartbeatTimeout, publishes
 // succeed, and no Degrade holds. Otherwise it says what is wrong, and held
 // polls re-read the store every FallbackInterval.
@@ -581,7 +581,7 @@ type session struct {
 	left        atomic.Int32 // groups not yet confirmed
 }
 
-// heard is the oldest, over the session's connections, of the newest own
+// heard returns the oldest, over the session's connections, of the newest own
 // heartbeat each heard (its send stamp).
 func (s *session) heard() int64 {
 	m := int64(-1)
@@ -593,7 +593,7 @@ func (s *session) heard() int64 {
 	return m
 }
 
-// fresh is the stamp that health ages from: the last heartbeat heard on
+// fresh returns the stamp that health ages from: the last heartbeat heard on
 // every connection, or the confirmation if later.
 func (s *session) fresh() int64 { return max(s.heard(), s.confirmedAt.Load()) }
 
