@@ -51,7 +51,7 @@ type Observer interface {
 	// in that life is now at least w.Head, and w.Envelope may carry the
 	// envelope. A wake may arrive after a removal that followed its send.
 	Advanced(w Wake)
-	// Removed: k was removed at at.
+	// Removed: k was removed at the time given.
 	Removed(k device.Key, at time.Time)
 	// Lost: news may have been missed (a reconnect, an outage). Forget
 	// what was learned; every held poll is woken right after, so that it
@@ -73,7 +73,7 @@ type Hub interface {
 	// an error means only that a held poll may notice late (by its own
 	// timeout or fallback), never that data is lost.
 	Signal(ctx context.Context, wakes []Wake) error
-	// Remove tells every relay that k was removed at at and ends its
+	// Remove tells every relay that k was removed at the time given and ends its
 	// waiters with ErrRemoved. It is called after the store committed the
 	// removal.
 	Remove(ctx context.Context, k device.Key, at time.Time) error

@@ -193,7 +193,8 @@ func (c *Cache) update(k device.Key, fn func(e *entry)) bool {
 	return true
 }
 
-// updateLife is update for news of the life life only.
+// updateLife is update for news of one life only: fn runs when k's entry
+// is of that life.
 func (c *Cache) updateLife(k device.Key, life device.Life, fn func(e *entry)) {
 	c.update(k, func(e *entry) {
 		if e.Life.Compare(life) == 0 {
@@ -202,7 +203,7 @@ func (c *Cache) updateLife(k device.Key, life device.Life, fn func(e *entry)) {
 	})
 }
 
-// Acked records that k acknowledged up to cursor in its life life (never
+// Acked records that k acknowledged up to cursor in the life given (never
 // moving it down).
 func (c *Cache) Acked(k device.Key, life device.Life, cursor int64) {
 	c.updateLife(k, life, func(e *entry) { e.Cursor = max(e.Cursor, cursor) })
@@ -219,7 +220,7 @@ func (c *Cache) Registered(k device.Key, now time.Time) {
 	})
 }
 
-// Empty records that a read of k's life life found nothing stored above
+// Empty records that a read of k, in the life given, found nothing stored above
 // after up to upTo.
 func (c *Cache) Empty(k device.Key, life device.Life, upTo int64) {
 	c.updateLife(k, life, func(e *entry) { e.Floor = max(e.Floor, upTo) })
@@ -239,7 +240,7 @@ func (c *Cache) Touch(k device.Key, seen time.Time, every time.Duration) bool {
 	return due
 }
 
-// Advanced is the hub's news that a send committed for k in its life life:
+// Advanced is the hub's news that a send committed for k in the life given:
 // its head is now at least head. A device nobody asked about is not
 // remembered (its first use reads the store, which already holds that
 // send); one whose read is in flight keeps the news for Fill. News of an
@@ -289,7 +290,7 @@ func (c *Cache) HeadRead(k device.Key, life device.Life, head int64, now time.Ti
 	})
 }
 
-// Removed is the hub's news that k was removed, which began the life life:
+// Removed is the hub's news that k was removed, which began the life given:
 // it no longer exists, and a registration after this starts again from seq
 // 1. The entry is replaced, so that a read begun before the removal is not
 // merged into it; news of an earlier removal than the one known changes

@@ -249,7 +249,7 @@ SELECT id, wakes_ok, at FROM relays WHERE at >= $4 AND id <> $1
 UNION ALL
 SELECT id, wakes_ok, at FROM up`
 
-// ReportHealth records r and returns the reports made since since.
+// ReportHealth records r and returns the reports made since the time given.
 func (db *DB) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
 	rows, err := db.pool.Query(ctx, sqlReportHealth, r.ID, r.WakesOK, micro(r.At), micro(since))
 	if err != nil {

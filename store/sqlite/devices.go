@@ -173,7 +173,7 @@ func (db *DB) ClearPush(ctx context.Context, household, device string, target de
 	})
 }
 
-// ReportHealth records r and returns the reports made since since.
+// ReportHealth records r and returns the reports made since the time given.
 func (db *DB) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
 	err := db.write(ctx, "report health", func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO relays (id, wakes_ok, at) VALUES (?, ?, ?)
