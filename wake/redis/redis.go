@@ -410,9 +410,8 @@ func (h *Hub) publishFailed(err error) {
 func (h *Hub) breakerOpen() bool { return h.pubErrAt.Load() != 0 }
 
 // Degrade makes the hub run fallback rounds, as if unhealthy, up to the
-// time given:
-// for when the relay learns elsewhere that wakes are being lost. Publishing
-// goes on as usual.
+// time given: for when the relay learns elsewhere that wakes are being
+// lost. Publishing goes on as usual.
 func (h *Hub) Degrade(until time.Time) {
 	h.degradedUntil.Store(until.UnixNano())
 }
