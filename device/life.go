@@ -1,5 +1,7 @@
 // Package device holds what every layer of the relay says about a device
-// and needs to say the same way.
+// and needs to say the same way: its [Key], the name rule ([ValidName]),
+// its [Life] and its [PushTarget]. Apps that name devices use the rule the
+// relay holds them to; the seal package names its recipients by it.
 package device
 
 import "time"

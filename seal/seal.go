@@ -4,8 +4,11 @@
 // recipient device, the whole signed with the sender's Ed25519 identity and
 // bound to the household, the envelope id and the sender's name.
 //
-// It is pure format and cryptography: no HTTP. The client package ties it
-// to the relay's directory and poll loop.
+// It is pure format and cryptography, no HTTP, and meant for apps: [Seal]
+// and [Open] are the format, [Keyring] the pinned keys of a household's
+// devices. The client package's
+// [github.com/flamenet/relay/client.Sealer] ties it to the relay's
+// directory and poll loop.
 package seal
 
 import (

@@ -1,6 +1,10 @@
 // Package token mints and verifies the relay's device tokens: compact JWTs
 // (RFC 7519) signed with EdDSA over Ed25519 (RFC 8037). Only "EdDSA" is
 // accepted, whatever the signature; the relay holds only public keys.
+//
+// It is meant for an app's own issuer (a relay whose FN_ISSUER_KEYS names
+// the issuer's public key does not pair): [Mint] signs a device's [Claims];
+// the relay checks them with [Verify].
 package token
 
 import (
