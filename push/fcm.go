@@ -2,14 +2,18 @@ package push
 
 import (
 	"context"
-	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
 
 	"github.com/flamenet/relay/device"
 )
@@ -18,153 +22,144 @@ import (
 const DefaultFCMURL = "https://fcm.googleapis.com"
 
 const (
-	fcmScope     = "https://www.googleapis.com/auth/firebase.messaging"
-	jwtBearer    = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-	fcmAssertion = time.Hour // lifetime of the signed assertion
+	fcmScope = "https://www.googleapis.com/auth/firebase.messaging"
+	// fcmRenewEarly is how long before it expires an access token is
+	// replaced, so that none expires between fetching and sending.
+	fcmRenewEarly = 5 * time.Minute
 )
 
 // fcm sends data-only, high-priority FCM HTTP v1 messages, authorised by
 // an OAuth access token that a service account's signed JWT buys.
 type fcm struct {
-	sendURL  string
-	tokenURL string
-	email    string
-	keyID    string
-	key      *rsa.PrivateKey
-	caller   *caller
-	now      func() time.Time
+	sendURL string
+	caller  *caller
+
+	newTokens func() *tokenSource
+	tokens    atomic.Pointer[tokenSource]
 
 	// tokenLock is a one-slot semaphore rather than a mutex so that a
 	// push whose deadline passes stops waiting for another's exchange.
 	tokenLock chan struct{}
-	token     string
-	renewAt   time.Time
 }
 
-// serviceAccount is the part of a Google service-account JSON file FCM
-// needs.
-type serviceAccount struct {
-	ProjectID    string `json:"project_id"`
-	PrivateKeyID string `json:"private_key_id"`
-	PrivateKey   string `json:"private_key"`
-	ClientEmail  string `json:"client_email"`
-	TokenURI     string `json:"token_uri"`
-}
+// tokenSource is a caching token source. Swapping in a new one is how a
+// token that FCM refused is dropped, as oauth2's cache has no way to.
+type tokenSource struct{ oauth2.TokenSource }
 
 func newFCM(cfg FCMConfig, headerTimeout, attempt time.Duration) (*fcm, error) {
 	raw, err := os.ReadFile(cfg.CredentialsFile)
 	if err != nil {
 		return nil, fmt.Errorf("push: FCM credentials: %w", err)
 	}
-	var sa serviceAccount
+	// The fields checked here are those oauth2 does not check, or checks
+	// only at the first exchange: a bad file fails the start, not a push.
+	var sa struct {
+		ProjectID   string `json:"project_id"`
+		PrivateKey  string `json:"private_key"`
+		ClientEmail string `json:"client_email"`
+		TokenURI    string `json:"token_uri"`
+	}
 	if err := json.Unmarshal(raw, &sa); err != nil {
 		return nil, fmt.Errorf("push: FCM credentials %s: %w", cfg.CredentialsFile, err)
 	}
 	if sa.ProjectID == "" || sa.ClientEmail == "" || sa.PrivateKey == "" {
 		return nil, fmt.Errorf("push: FCM credentials %s: project_id, client_email and private_key are required", cfg.CredentialsFile)
 	}
-	key, err := parseRSAKey([]byte(sa.PrivateKey))
-	if err != nil {
+	if _, err := parseRSAKey([]byte(sa.PrivateKey)); err != nil {
 		return nil, fmt.Errorf("push: FCM credentials %s: private_key: %w", cfg.CredentialsFile, err)
 	}
-	tokenURL := cfg.TokenURL
-	if tokenURL == "" {
-		tokenURL = sa.TokenURI
-	}
-	if tokenURL == "" {
+	// oauth2 would fall back to Google's endpoint; the relay's settings
+	// promise the file's token_uri or FN_FCM_TOKEN_URL and nothing else.
+	if sa.TokenURI == "" && cfg.TokenURL == "" {
 		return nil, fmt.Errorf("push: FCM credentials %s: no token_uri and no token URL set", cfg.CredentialsFile)
+	}
+	jwtCfg, err := google.JWTConfigFromJSON(raw, fcmScope)
+	if err != nil {
+		return nil, fmt.Errorf("push: FCM credentials %s: %w", cfg.CredentialsFile, err)
+	}
+	if cfg.TokenURL != "" {
+		jwtCfg.TokenURL = cfg.TokenURL // also the assertion's aud
 	}
 	base := cfg.URL
 	if base == "" {
 		base = DefaultFCMURL
 	}
-	return &fcm{
-		sendURL:   strings.TrimRight(base, "/") + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
-		tokenURL:  tokenURL,
-		email:     sa.ClientEmail,
-		keyID:     sa.PrivateKeyID,
-		key:       key,
-		caller:    newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt),
-		now:       time.Now,
+	c := newCaller(newTransport(cfg.RootCAs, headerTimeout), attempt)
+	// oauth2 sends the token request without a context of ours, so the
+	// client's Timeout is what bounds the whole exchange, as caller.call
+	// bounds every other one.
+	tokenClient := &http.Client{Transport: c.transport, CheckRedirect: c.client.CheckRedirect, Timeout: attempt}
+	tokenCtx := context.WithValue(context.Background(), oauth2.HTTPClient, tokenClient)
+	f := &fcm{
+		sendURL: strings.TrimRight(base, "/") + "/v1/projects/" + url.PathEscape(sa.ProjectID) + "/messages:send",
+		caller:  c,
+		newTokens: func() *tokenSource {
+			return &tokenSource{oauth2.ReuseTokenSourceWithExpiry(nil, jwtCfg.TokenSource(tokenCtx), fcmRenewEarly)}
+		},
 		tokenLock: make(chan struct{}, 1),
-	}, nil
+	}
+	f.tokens.Store(f.newTokens())
+	return f, nil
 }
 
-// accessToken returns the cached access token or exchanges a new
-// assertion for one. Only one exchange runs at a time; the others wait for
-// it and reuse its token.
-func (f *fcm) accessToken(ctx context.Context) (string, error) {
+// accessToken returns the current token source and an access token from
+// it, cached or newly exchanged. Only one exchange runs at a time; the
+// other pushes wait for it and reuse its token. The exchange runs apart,
+// bounded by the token client's timeout, so that a push whose ctx ends
+// returns at once, and the token it was waiting for is still cached for
+// the next push.
+func (f *fcm) accessToken(ctx context.Context) (*tokenSource, string, error) {
 	select {
 	case f.tokenLock <- struct{}{}:
 	case <-ctx.Done():
-		return "", fmt.Errorf("fcm: waiting for access token: %w", ctx.Err())
+		return nil, "", fmt.Errorf("fcm: waiting for access token: %w", ctx.Err())
 	}
-	defer func() { <-f.tokenLock }()
-	if f.token != "" && f.now().Before(f.renewAt) {
-		return f.token, nil
+	ts := f.tokens.Load()
+	type result struct {
+		tok *oauth2.Token
+		err error
 	}
-	tok, lifetime, err := f.exchange(ctx)
-	if err != nil {
-		return "", err
-	}
-	// Renew shortly before it expires: five minutes early, or at half
-	// its life when it is short.
-	early := min(5*time.Minute, lifetime/2)
-	f.token, f.renewAt = tok, f.now().Add(lifetime-early)
-	return tok, nil
-}
-
-// forget drops tok if it is still the cached one (the API refused it).
-func (f *fcm) forget(ctx context.Context, tok string) {
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-f.tokenLock }()
+		tok, err := ts.Token()
+		done <- result{tok, err}
+	}()
+	var r result
 	select {
-	case f.tokenLock <- struct{}{}:
+	case r = <-done:
 	case <-ctx.Done():
-		return // the push is over; the next one finds out again
+		return nil, "", fmt.Errorf("fcm: waiting for access token: %w", ctx.Err())
 	}
-	if f.token == tok {
-		f.token = ""
+	if r.err != nil {
+		return nil, "", tokenError(r.err)
 	}
-	<-f.tokenLock
+	if r.tok.AccessToken == "" || r.tok.Expiry.IsZero() {
+		f.forget(ts) // oauth2 would keep a token without expiry for ever
+		return nil, "", errors.New("fcm: token endpoint answered without access_token and expires_in")
+	}
+	return ts, r.tok.AccessToken, nil
 }
 
-func (f *fcm) exchange(ctx context.Context) (string, time.Duration, error) {
-	now := f.now()
-	header := map[string]string{"alg": "RS256", "typ": "JWT"}
-	if f.keyID != "" {
-		header["kid"] = f.keyID
+// forget replaces ts, and so drops its token, unless another push has
+// replaced it already.
+func (f *fcm) forget(ts *tokenSource) {
+	f.tokens.CompareAndSwap(ts, f.newTokens())
+}
+
+// tokenError is a failed exchange as the queue takes it: the token
+// endpoint's status, retried when the status says so, or the cause. The
+// answer's body is left out: it is the endpoint's text, not the relay's.
+func tokenError(err error) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) || re.Response == nil {
+		return fmt.Errorf("fcm: token request: %w", err)
 	}
-	assertion, err := signJWT(header, map[string]any{
-		"iss":   f.email,
-		"scope": fcmScope,
-		"aud":   f.tokenURL,
-		"iat":   now.Unix(),
-		"exp":   now.Add(fcmAssertion).Unix(),
-	}, rs256(f.key))
-	if err != nil {
-		return "", 0, fmt.Errorf("fcm: assertion: %w", err)
+	se := &statusError{from: "fcm token endpoint", status: re.Response.StatusCode}
+	if retryable(se.status) {
+		return &RetryableError{Err: se, After: retryAfter(re.Response.Header, time.Now())}
 	}
-	form := url.Values{"grant_type": {jwtBearer}, "assertion": {assertion}}
-	h := http.Header{}
-	h.Set("Content-Type", "application/x-www-form-urlencoded")
-	ans, err := f.caller.call(ctx, http.MethodPost, f.tokenURL, []byte(form.Encode()), h)
-	if err != nil {
-		return "", 0, fmt.Errorf("fcm: token request: %w", err)
-	}
-	if ans.status != http.StatusOK {
-		err := &statusError{from: "fcm token endpoint", status: ans.status}
-		if retryable(ans.status) {
-			return "", 0, &RetryableError{Err: err, After: retryAfter(ans.header, f.now())}
-		}
-		return "", 0, err
-	}
-	var answer struct {
-		AccessToken string `json:"access_token"`
-		ExpiresIn   int64  `json:"expires_in"`
-	}
-	if err := json.Unmarshal(ans.body, &answer); err != nil || answer.AccessToken == "" || answer.ExpiresIn <= 0 {
-		return "", 0, fmt.Errorf("fcm: token endpoint answered without access_token and expires_in")
-	}
-	return answer.AccessToken, time.Duration(answer.ExpiresIn) * time.Second, nil
+	return se
 }
 
 // fcmMessage is the whole request: a data-only message whose data is
@@ -195,7 +190,7 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		return fmt.Errorf("fcm: %w", err)
 	}
 	for try := 0; ; try++ {
-		tok, err := f.accessToken(ctx)
+		ts, tok, err := f.accessToken(ctx)
 		if err != nil {
 			return err
 		}
@@ -213,7 +208,7 @@ func (f *fcm) Push(ctx context.Context, regToken string) error {
 		case code == "UNREGISTERED" || (status == http.StatusNotFound && code == "NOT_FOUND"):
 			return fmt.Errorf("%w: %w", se, ErrGone)
 		case status == http.StatusUnauthorized && try == 0:
-			f.forget(ctx, tok) // revoked or expired early: once more with a new one
+			f.forget(ts) // revoked or expired early: once more with a new one
 			continue
 		case retryable(status):
 			return &RetryableError{Err: se, After: after}
@@ -247,7 +242,7 @@ func (f *fcm) post(ctx context.Context, body []byte, accessToken string) (int, s
 			code = d.ErrorCode // the FCM-specific code is the precise one
 		}
 	}
-	return ans.status, code, retryAfter(ans.header, f.now()), nil
+	return ans.status, code, retryAfter(ans.header, time.Now()), nil
 }
 
 func (f *fcm) Close() { f.caller.close() }

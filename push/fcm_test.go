@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,10 +36,13 @@ const (
 type fcmFake struct {
 	srv        *httptest.Server
 	pub        *rsa.PublicKey
-	expiresIn  int
+	expiresIn  int           // 0: the answer has no expires_in
 	tokenDelay time.Duration // a real token endpoint is not instant
-	answer     func(regToken string, n int) (status int, body, retryAfter string)
-	exchanges  atomic.Int64
+	// tokenStatus, when set, answers every valid token request with it
+	// and a Retry-After of 7 seconds.
+	tokenStatus int
+	answer      func(regToken string, n int) (status int, body, retryAfter string)
+	exchanges   atomic.Int64
 
 	mu       sync.Mutex
 	valid    map[string]bool
@@ -100,11 +104,21 @@ func (f *fcmFake) token(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	n := f.exchanges.Add(1)
+	w.Header().Set("Content-Type", "application/json")
+	if f.tokenStatus != 0 {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(f.tokenStatus)
+		fmt.Fprint(w, `{"error":"SECRET-endpoint-text"}`)
+		return
+	}
 	at := fmt.Sprintf("ya29.test-%d", n)
 	f.mu.Lock()
 	f.valid[at] = true
 	f.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
+	if f.expiresIn == 0 {
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer"}`, at)
+		return
+	}
 	fmt.Fprintf(w, `{"access_token":%q,"expires_in":%d,"token_type":"Bearer"}`, at, f.expiresIn)
 }
 
@@ -193,9 +207,9 @@ func fcmError(code int, status, fcmCode string) string {
 		code, status, fcmCode)
 }
 
-// The access token is fetched once and reused by every worker. Removing the
-// token lock in accessToken (done once on purpose) turns this red with one
-// exchange per worker.
+// The access token is fetched once and reused by every worker. Making a
+// new token source for every push in accessToken (done once on purpose)
+// turns this red with one exchange per push.
 func TestFCM(t *testing.T) {
 	fake := newFCMFake(t, func(tok string, n int) (int, string, string) {
 		switch tok {
@@ -215,7 +229,7 @@ func TestFCM(t *testing.T) {
 		return 200, `{"name":"projects/flame-test/messages/1"}`, ""
 	})
 	// Slow enough that the workers' first pushes all wait on one
-	// exchange; without the token lock each would make its own.
+	// exchange; without the cache each would make its own.
 	fake.tokenDelay = 100 * time.Millisecond
 	var g goneRecorder
 	q := newQueue(t, Config{MaxAttempts: 2, RetryBase: 10 * time.Millisecond,
@@ -271,32 +285,122 @@ func TestFCMTokenURLOverride(t *testing.T) {
 	}
 }
 
-// The access token is kept until shortly before it expires.
+// The access token is kept until five minutes before it expires: one
+// that lives 310 s is reused, one that lives 299 s is renewed at once.
+// oauth2's clock cannot be set, so lifetimes near the margin stand in for
+// the passing of time.
 func TestFCMTokenRenewal(t *testing.T) {
+	for _, tc := range []struct {
+		expiresIn int
+		exchanges int64
+	}{
+		{3600, 1},
+		{310, 1},
+		{299, 3},
+	} {
+		t.Run(fmt.Sprint(tc.expiresIn), func(t *testing.T) {
+			fake := newFCMFake(t, nil)
+			fake.expiresIn = tc.expiresIn
+			f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for range 3 {
+				if err := f.Push(context.Background(), "ok"); err != nil {
+					t.Fatalf("Push: %v", err)
+				}
+			}
+			if got := fake.exchanges.Load(); got != tc.exchanges {
+				t.Errorf("%d exchanges for 3 pushes, want %d", got, tc.exchanges)
+			}
+			fake.check(t)
+		})
+	}
+}
+
+// A token endpoint's refusal is the push's failure, retried when the
+// status says so, and never quotes the endpoint's answer. An answer
+// without expires_in is refused rather than cached for ever.
+func TestFCMTokenFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int // 0: a 200 without expires_in
+		retryable bool
+	}{
+		{"503", http.StatusServiceUnavailable, true},
+		{"429", http.StatusTooManyRequests, true},
+		{"400", http.StatusBadRequest, false},
+		{"no expiry", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := newFCMFake(t, nil)
+			fake.tokenStatus = tc.status
+			if tc.status == 0 {
+				fake.expiresIn = 0
+			}
+			f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for range 2 {
+				err := f.Push(context.Background(), "ok")
+				if err == nil {
+					t.Fatal("Push succeeded")
+				}
+				if strings.Contains(err.Error(), "SECRET") {
+					t.Errorf("error %q quotes the endpoint's answer", err)
+				}
+				var re *RetryableError
+				if got := errors.As(err, &re); got != tc.retryable {
+					t.Errorf("error %q retryable: %v, want %v", err, got, tc.retryable)
+				} else if got && re.After != 7*time.Second {
+					t.Errorf("retry after %v, want the endpoint's 7s", re.After)
+				}
+				var se *statusError
+				if tc.status != 0 && (!errors.As(err, &se) || se.status != tc.status) {
+					t.Errorf("error %q lacks status %d", err, tc.status)
+				}
+			}
+			if got := fake.exchanges.Load(); got != 2 {
+				t.Errorf("%d exchanges for 2 pushes, want 2 (nothing cached)", got)
+			}
+			if got := fake.total(); got != 0 {
+				t.Errorf("%d messages sent without a token", got)
+			}
+			fake.check(t)
+		})
+	}
+}
+
+// A push whose deadline passes while the exchange runs returns then, and
+// the exchange goes on: the next push finds its token cached. Calling the
+// token source in the push's own goroutine (done once on purpose) turns
+// this red: the push waits the whole exchange.
+func TestFCMTokenWaitEndsWithPush(t *testing.T) {
 	fake := newFCMFake(t, nil)
+	fake.tokenDelay = 2 * time.Second
 	f, err := newFCM(FCMConfig{CredentialsFile: credentials(t, fake.tokenURL()), URL: fake.srv.URL}, DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	clock := time.Now()
-	f.now = func() time.Time { return clock }
-	for _, step := range []struct {
-		advance   time.Duration
-		exchanges int64
-	}{
-		{0, 1},
-		{54 * time.Minute, 1},
-		{2 * time.Minute, 2}, // 56 minutes in: inside the last five of 60
-		{30 * time.Minute, 2},
-	} {
-		clock = clock.Add(step.advance)
-		if err := f.Push(context.Background(), "ok"); err != nil {
-			t.Fatalf("Push: %v", err)
-		}
-		if got := fake.exchanges.Load(); got != step.exchanges {
-			t.Errorf("after %v more: %d exchanges, want %d", step.advance, got, step.exchanges)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = f.Push(ctx, "ok")
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Push returned after %v, past its 200ms deadline", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Push = %v, want the deadline", err)
+	}
+	if err := f.Push(context.Background(), "ok"); err != nil {
+		t.Fatalf("second Push: %v", err)
+	}
+	if got := fake.exchanges.Load(); got != 1 {
+		t.Errorf("%d exchanges, want 1 (the first push's, finished and cached)", got)
 	}
 	fake.check(t)
 }

@@ -1,7 +1,6 @@
 package push
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -47,13 +46,6 @@ func es256(key *ecdsa.PrivateKey) func([]byte) ([]byte, error) {
 		r.FillBytes(sig[:32])
 		s.FillBytes(sig[32:])
 		return sig, nil
-	}
-}
-
-// rs256 signs for JWS "RS256": RSASSA-PKCS1-v1_5 with SHA-256.
-func rs256(key *rsa.PrivateKey) func([]byte) ([]byte, error) {
-	return func(digest []byte) ([]byte, error) {
-		return rsa.SignPKCS1v15(nil, key, crypto.SHA256, digest)
 	}
 }
 
