@@ -5,32 +5,49 @@ import (
 	"time"
 )
 
-// TestBackoff: at least Retry-After plus up to as much again, doubling on
-// refusals in a row, capped, and starting over after a reset.
+// pauseBounds is the least and the most b's next pause can be after err,
+// without counting a refusal.
+func pauseBounds(b retryPause, err error) (lo, hi time.Duration) {
+	least, most := b, b
+	least.rand = func(int64) int64 { return 0 }
+	most.rand = func(n int64) int64 { return n - 1 }
+	return least.next(err), most.next(err)
+}
+
+// TestBackoff: the client's settings of the backoff (internal/backoff): at
+// least Retry-After plus up to as much again, doubling on refusals in a
+// row up to the cap, from 1 s without a Retry-After, starting over after a
+// reset, and a Retry-After above the cap honoured exactly.
 func TestBackoff(t *testing.T) {
-	b := &backoff{max: time.Minute}
+	b := &retryPause{max: time.Minute}
 	refused := &Error{Status: 429, RetryAfter: 2 * time.Second}
-	lo := 2 * time.Second
-	for i := range 8 {
-		for range 50 { // the extra is random: look at many draws
-			c := *b
-			d := c.next(refused)
-			hi := min(2*lo, time.Minute)
-			if d < min(lo, time.Minute) || d > hi {
-				t.Fatalf("refusal %d: %v outside [%v, %v]", i+1, d, lo, hi)
-			}
+	for i, want := range [][2]time.Duration{
+		{2 * time.Second, 4 * time.Second},
+		{4 * time.Second, 8 * time.Second},
+		{8 * time.Second, 16 * time.Second},
+		{16 * time.Second, 32 * time.Second},
+		{32 * time.Second, time.Minute},
+		{time.Minute, time.Minute},
+		{time.Minute, time.Minute},
+	} {
+		if lo, hi := pauseBounds(*b, refused); lo != want[0] || hi != want[1] {
+			t.Fatalf("refusal %d: [%v, %v], want [%v, %v]", i+1, lo, hi, want[0], want[1])
 		}
 		b.next(refused)
-		lo = min(2*lo, time.Minute)
 	}
 	b.reset()
-	if d := b.next(errTransport{}); d < time.Second || d > 2*time.Second {
-		t.Fatalf("after reset, no Retry-After: %v, want 1-2 s", d)
+	if lo, hi := pauseBounds(*b, errTransport{}); lo != time.Second || hi != 2*time.Second {
+		t.Fatalf("after reset, no Retry-After: [%v, %v], want [1s, 2s]", lo, hi)
 	}
-	// Retry-After is honoured even above the cap.
-	small := &backoff{max: time.Second}
-	if d := small.next(&Error{Status: 503, RetryAfter: 5 * time.Second}); d != 5*time.Second {
-		t.Fatalf("capped below Retry-After: %v", d)
+	// Retry-After is honoured even above the cap, and no failure is
+	// retried within a second.
+	small := retryPause{max: time.Second}
+	if lo, hi := pauseBounds(small, &Error{Status: 503, RetryAfter: 5 * time.Second}); lo != 5*time.Second || hi != 5*time.Second {
+		t.Fatalf("capped below Retry-After: [%v, %v], want 5s", lo, hi)
+	}
+	tiny := retryPause{max: 10 * time.Millisecond, n: 3}
+	if lo, hi := pauseBounds(tiny, errTransport{}); lo != time.Second || hi != time.Second {
+		t.Fatalf("cap below a second: [%v, %v], want 1s", lo, hi)
 	}
 }
 

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/flamenet/relay/internal/backoff"
 )
 
 // Register creates the token's device or, when it exists, counts as its
@@ -50,7 +51,7 @@ func (c *Client) SendOnce(ctx context.Context, id string, to []string, payload [
 // says; 400, 401, 403, 404 (unknown_device included), 409 and 413 return
 // at once as a *Error, a redirect to another origin as a *RedirectError.
 func (c *Client) Send(ctx context.Context, id string, to []string, payload []byte) (SendResult, error) {
-	bo := c.newBackoff()
+	bo := c.newRetryPause()
 	for {
 		res, err := c.SendOnce(ctx, id, to, payload)
 		if err == nil {
@@ -135,37 +136,33 @@ func retryable(err error) bool {
 	return !errors.As(err, &r)
 }
 
-// backoff is the pause between retries the protocol asks for: at least
+// retryPause is the pause between retries the protocol asks for: at least
 // Retry-After (1 s when the answer had none, or there was no answer; never
 // more than MaxRetryAfter), doubled on each refusal in a row up to a cap,
 // plus a random extra of up to as much again so that refused clients do not
 // come back together.
-type backoff struct {
-	max time.Duration
-	n   int // refusals in a row
+type retryPause struct {
+	max  time.Duration
+	n    int                 // refusals in a row
+	rand func(n int64) int64 // nil: math/rand/v2's
 }
 
-func (c *Client) newBackoff() *backoff { return &backoff{max: c.maxBackoff} }
+func (c *Client) newRetryPause() *retryPause { return &retryPause{max: c.maxBackoff} }
 
-func (b *backoff) next(err error) time.Duration {
-	base := time.Second
+func (b *retryPause) next(err error) time.Duration {
+	start := time.Second
 	var e *Error
 	if errors.As(err, &e) && e.RetryAfter > 0 {
-		base = e.RetryAfter
+		start = e.RetryAfter
 	}
-	d := base
-	for i := 0; i < b.n && d < b.max; i++ {
-		d *= 2
-	}
-	d = min(d, b.max)
+	// The doubling starts at what the relay asked for, which is also the
+	// floor: the cap holds with the extra too, but never below it.
+	d := backoff.Policy{Base: start, Cap: b.max, Rand: b.rand}.Wait(b.n, start)
 	b.n++
-	d += rand.N(d + 1)
-	// The cap holds with the extra too, but never below what the relay
-	// asked for.
-	return max(min(d, b.max), base)
+	return d
 }
 
-func (b *backoff) reset() { b.n = 0 }
+func (b *retryPause) reset() { b.n = 0 }
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

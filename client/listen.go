@@ -59,7 +59,7 @@ func (c *Client) Listen(ctx context.Context, cursors CursorStore, h Handler) (er
 	if err != nil {
 		return err
 	}
-	l := &listener{c: c, cursors: cursors, h: h, pos: pos, saved: pos, bo: c.newBackoff()}
+	l := &listener{c: c, cursors: cursors, h: h, pos: pos, saved: pos, bo: c.newRetryPause()}
 	// An HTTP client with a Timeout of its own would cut every stream at
 	// it: such a client polls.
 	l.streams = c.streams && c.hc.Timeout == 0
@@ -93,7 +93,7 @@ type listener struct {
 	cursors    CursorStore
 	h          Handler
 	pos, saved Position
-	bo         *backoff
+	bo         *retryPause
 	// ahead is the cursor_ahead being recovered from: the next poll
 	// leaves cursor and epoch out.
 	ahead *Error

@@ -497,7 +497,7 @@ func (r *runner) removeAndReturn(ctx context.Context, f fault) error {
 		if err == nil || !retryable(err) || ctx.Err() != nil {
 			break
 		}
-		sleepFor(ctx, backoff(attempt, err))
+		sleepFor(ctx, retryWait(attempt, err))
 	}
 	l.registered = time.Now()
 	if err != nil {
@@ -615,7 +615,7 @@ func (r *runner) untilDefinitive(ctx context.Context, call func(context.Context)
 		if err == nil || !retryable(err) || ctx.Err() != nil || time.Now().After(r.giveUp) {
 			return err
 		}
-		sleepFor(ctx, backoff(attempt, err))
+		sleepFor(ctx, retryWait(attempt, err))
 	}
 }
 

@@ -98,7 +98,7 @@ func TestErrorCounting(t *testing.T) {
 			if want := tt.tok == "limited"; (r.counts.householdRefused == 1) != want {
 				t.Errorf("household refusals %d", r.counts.householdRefused)
 			}
-			if d := backoff(0, err); d < tt.backoff {
+			if d := retryWait(0, err); d < tt.backoff {
 				t.Errorf("backoff %v, want at least the Retry-After %v", d, tt.backoff)
 			}
 			if tt.tok == "ahead" && (!e.CursorAhead() || e.Head != 7) {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/client"
+	"github.com/flamenet/relay/internal/backoff"
 	"github.com/flamenet/relay/internal/fdlimit"
 	"github.com/flamenet/relay/loadtest/report"
 	"github.com/flamenet/relay/token"
@@ -985,7 +986,7 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 			break
 		}
 		r.failure("send", p.sendRelay, err, from, time.Now())
-		sleepFor(ctx, backoff(attempt, err))
+		sleepFor(ctx, retryWait(attempt, err))
 		from = time.Now()
 	}
 	answered := time.Now()
@@ -1032,17 +1033,21 @@ func (r *runner) send(ctx context.Context, i int, at time.Time) {
 	}
 }
 
-// backoff is how long a careful client waits before it tries again: a
-// doubling from 50 ms up to a second, jittered, and never less than the
-// relay's Retry-After.
-func backoff(attempt int, err error) time.Duration {
-	d := min(50*time.Millisecond<<min(attempt, 5), time.Second)
-	d = d/2 + rand.N(d/2+1)
+// carefulBackoff is how long a careful client waits before it tries
+// again: 25 to 50 ms at first, doubling up to a second, and never less
+// than the relay's Retry-After (which, at a second or more, is then waited
+// exactly).
+var carefulBackoff = backoff.Policy{Base: 25 * time.Millisecond, Cap: time.Second}
+
+// retryWait is carefulBackoff's wait before retry number attempt (0 for
+// the first) after err.
+func retryWait(attempt int, err error) time.Duration {
+	var floor time.Duration
 	var se *client.Error
 	if errors.As(err, &se) {
-		d = max(d, se.RetryAfter)
+		floor = se.RetryAfter
 	}
-	return d
+	return carefulBackoff.Wait(attempt, floor)
 }
 
 // pollLoop holds the recipient's polls, one after another, until ctx ends.
@@ -1262,7 +1267,7 @@ func (r *runner) ack(ctx context.Context, p *pair, l *life, pos client.Position)
 		if !retryable(err) {
 			return
 		}
-		sleepFor(ctx, backoff(attempt, err))
+		sleepFor(ctx, retryWait(attempt, err))
 	}
 }
 

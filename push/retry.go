@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/flamenet/relay/internal/backoff"
 )
 
-// maxBackoff caps one wait; the push's deadline caps them all.
+// maxBackoff caps one wait, but for a longer Retry-After; the push's
+// deadline caps them all.
 const maxBackoff = 30 * time.Second
 
 // deliver pushes once and retries what the provider says may succeed later,
@@ -25,7 +27,7 @@ func (q *Queue) deliver(ctx context.Context, p Provider, address, kind string) e
 		if attempt >= q.cfg.MaxAttempts {
 			return fmt.Errorf("push: giving up after %d attempts: %w", attempt, err)
 		}
-		wait := backoff(q.cfg.RetryBase, attempt, re.After)
+		wait := retryPolicy(q.cfg.RetryBase).Wait(attempt-1, re.After)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return fmt.Errorf("push: retry in %v would pass the deadline: %w", wait.Round(time.Millisecond), err)
 		}
@@ -41,20 +43,13 @@ func (q *Queue) deliver(ctx context.Context, p Provider, address, kind string) e
 	}
 }
 
-// backoff is the wait before retry number attempt: exponential from base,
-// jittered over its upper half so that retries spread out, and never
-// shorter than the provider's Retry-After (plus up to a tenth more, so that
-// pushes told the same instant do not all come back at it).
-func backoff(base time.Duration, attempt int, after time.Duration) time.Duration {
-	d := base << min(attempt-1, 20)
-	if d <= 0 || d > maxBackoff {
-		d = maxBackoff
-	}
-	d = d/2 + rand.N(d/2+1)
-	if after > d {
-		d = after + rand.N(after/10+1)
-	}
-	return d
+// retryPolicy is the backoff of retries from base: retry number attempt
+// waits within the upper half of base doubled attempt-1 times (half of it
+// doubled, plus up to as much again), never shorter than the provider's
+// Retry-After (plus up to a tenth more, so that pushes told the same
+// instant do not all come back at it).
+func retryPolicy(base time.Duration) backoff.Policy {
+	return backoff.Policy{Base: base / 2, Cap: maxBackoff}
 }
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date.
