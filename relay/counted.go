@@ -6,75 +6,134 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/store"
 )
 
-// countedStore counts the API's calls to the store by operation
+// countedStore counts the relay's calls to the store by operation
 // (fn_store_calls_total), so that what a poll or a send costs the store
-// can be seen and tested.
+// can be seen and tested. Every method of store.Store counts, under its
+// name in snake case. The store is a named field, not embedded, so that a
+// method added to store.Store fails to compile here rather than pass
+// through uncounted (TestCountedStoreCountsEveryMethod).
 type countedStore struct {
-	store.Store
+	store store.Store
 	calls *prometheus.CounterVec
 }
 
+var _ store.Store = countedStore{}
+
 func (c countedStore) count(op string) { c.calls.WithLabelValues(op).Inc() }
 
-func (c countedStore) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
-	c.count("register")
-	return c.Store.Register(ctx, p)
-}
+// Queue.
 
 func (c countedStore) Send(ctx context.Context, p store.SendParams) (store.SendResult, error) {
 	c.count("send")
-	return c.Store.Send(ctx, p)
+	return c.store.Send(ctx, p)
 }
 
 func (c countedStore) Ack(ctx context.Context, p store.AckParams) (store.Position, error) {
 	c.count("ack")
-	return c.Store.Ack(ctx, p)
+	return c.store.Ack(ctx, p)
 }
 
 func (c countedStore) AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error) {
 	c.count("ack_many")
-	return c.Store.AckMany(ctx, acks)
+	return c.store.AckMany(ctx, acks)
 }
 
 func (c countedStore) State(ctx context.Context, household, device string) (store.DeviceState, error) {
 	c.count("state")
-	return c.Store.State(ctx, household, device)
+	return c.store.State(ctx, household, device)
 }
 
 func (c countedStore) Fetch(ctx context.Context, p store.FetchParams) (store.Batch, error) {
 	c.count("fetch")
-	return c.Store.Fetch(ctx, p)
+	return c.store.Fetch(ctx, p)
+}
+
+// Directory.
+
+func (c countedStore) Register(ctx context.Context, p store.RegisterParams) (store.Device, error) {
+	c.count("register")
+	return c.store.Register(ctx, p)
 }
 
 func (c countedStore) Devices(ctx context.Context, p store.ListParams) ([]store.Device, error) {
 	c.count("devices")
-	return c.Store.Devices(ctx, p)
+	return c.store.Devices(ctx, p)
 }
 
 func (c countedStore) DeleteDevice(ctx context.Context, household, device string, at time.Time) error {
 	c.count("delete_device")
-	return c.Store.DeleteDevice(ctx, household, device, at)
+	return c.store.DeleteDevice(ctx, household, device, at)
 }
 
 func (c countedStore) RemovedAt(ctx context.Context, household, device string) (time.Time, error) {
 	c.count("removed_at")
-	return c.Store.RemovedAt(ctx, household, device)
+	return c.store.RemovedAt(ctx, household, device)
 }
 
 func (c countedStore) Removals(ctx context.Context, limit int) ([]store.Removal, error) {
 	c.count("removals")
-	return c.Store.Removals(ctx, limit)
+	return c.store.Removals(ctx, limit)
 }
+
+func (c countedStore) ClearPush(ctx context.Context, household, name string, target device.PushTarget) error {
+	c.count("clear_push")
+	return c.store.ClearPush(ctx, household, name, target)
+}
+
+// Pairing.
+
+func (c countedStore) CreateInvitation(ctx context.Context, p store.InviteParams) error {
+	c.count("create_invitation")
+	return c.store.CreateInvitation(ctx, p)
+}
+
+func (c countedStore) CancelInvitation(ctx context.Context, household, device string) error {
+	c.count("cancel_invitation")
+	return c.store.CancelInvitation(ctx, household, device)
+}
+
+func (c countedStore) Invitations(ctx context.Context, p store.InvitationsParams) ([]store.Invitation, error) {
+	c.count("invitations")
+	return c.store.Invitations(ctx, p)
+}
+
+func (c countedStore) Pair(ctx context.Context, p store.PairParams) (store.Grant, error) {
+	c.count("pair")
+	return c.store.Pair(ctx, p)
+}
+
+func (c countedStore) Renew(ctx context.Context, p store.RenewParams) (store.Grant, error) {
+	c.count("renew")
+	return c.store.Renew(ctx, p)
+}
+
+// Fleet, Expiry, Probe and Close.
 
 func (c countedStore) ReportHealth(ctx context.Context, r store.RelayHealth, since time.Time) ([]store.RelayHealth, error) {
 	c.count("report_health")
-	return c.Store.ReportHealth(ctx, r, since)
+	return c.store.ReportHealth(ctx, r, since)
+}
+
+func (c countedStore) Expire(ctx context.Context, p store.ExpireParams) (store.ExpireResult, error) {
+	c.count("expire")
+	return c.store.Expire(ctx, p)
+}
+
+func (c countedStore) History(ctx context.Context) (store.History, error) {
+	c.count("history")
+	return c.store.History(ctx)
 }
 
 func (c countedStore) Ping(ctx context.Context) error {
 	c.count("ping")
-	return c.Store.Ping(ctx)
+	return c.store.Ping(ctx)
+}
+
+func (c countedStore) Close() error {
+	c.count("close")
+	return c.store.Close()
 }

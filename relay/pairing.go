@@ -24,7 +24,7 @@ func (s *Server) newPairing() *pairing.Pairing {
 		Key: c.IssuerKey, InviteTTL: c.InviteTTL, AccessTokenTTL: c.AccessTokenTTL, RenewalTTL: c.RenewalTTL,
 		PublicURL: c.PublicURL, PerAddress: c.PairRatePerAddress, Rate: c.PairRate, TrustedProxies: c.TrustedProxies,
 		Origins: c.CORSOrigins,
-	}, pairingStore{Store: s.store, memory: s.memory, hub: s.hub, log: s.log}, pairingAPI{s}, s.log, s.now)
+	}, pairingStore{Pairing: s.store, memory: s.memory, hub: s.hub, log: s.log}, pairingAPI{s}, s.log, s.now)
 }
 
 // pairingOn answers 404 before anything else when the relay mints no
@@ -69,7 +69,7 @@ func (a pairingAPI) NoteDevice(ctx context.Context, household, device string) {
 // pairing that replaced a device ends the old one's held polls on every
 // relay, as a removal does.
 type pairingStore struct {
-	store.Store
+	store.Pairing
 	memory *memory.Memory
 	hub    wake.Hub
 	log    *slog.Logger

@@ -217,7 +217,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	s.metrics = m
-	s.store = countedStore{Store: deps.Store, calls: m.storeCalls}
+	s.store = countedStore{store: deps.Store, calls: m.storeCalls}
 	s.readiness = ready.New(s.store.Ping, s.log)
 	s.memory = memory.New(memory.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,

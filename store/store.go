@@ -357,12 +357,28 @@ type Removal struct {
 	At        time.Time
 }
 
-// Store is what the relay needs from a database. Every method takes ctx
-// first so that a client that hangs up cancels its query.
+// Store is what the relay needs from a database: the union of the roles
+// below, which the backends implement whole and store/storetest checks
+// whole. A consumer takes the narrowest role it uses, so that its
+// dependence on the store, and a fake of it, is no wider than its work.
+// Every method takes ctx first so that a client that hangs up cancels its
+// query.
 type Store interface {
-	// Register creates the device or updates its push target and
-	// identity key, and returns it.
-	Register(ctx context.Context, p RegisterParams) (Device, error)
+	Queue
+	Directory
+	Pairing
+	Fleet
+	Expiry
+	Probe
+	// Close releases the store's connections. It is its owner's, not a
+	// role's: whoever opened the store closes it.
+	Close() error
+}
+
+// Queue is the envelopes' way through the store and where each device
+// stands in it: a send queues, a poll reads, an ack deletes. It is the
+// API's hot path, what a poll or a send costs the store.
+type Queue interface {
 	// Send stores one envelope per recipient atomically, or nothing.
 	Send(ctx context.Context, p SendParams) (SendResult, error)
 	// Ack acknowledges up to p.Cursor and reports the position.
@@ -388,6 +404,15 @@ type Store interface {
 	// payloads inside the budget, and reports the device's last removal as
 	// of the same read.
 	Fetch(ctx context.Context, p FetchParams) (Batch, error)
+}
+
+// Directory is the devices themselves: which are registered, with which
+// push target, and when each was last removed. Its calls are a device's
+// first contact and a household's administration, not its traffic.
+type Directory interface {
+	// Register creates the device or updates its push target and
+	// identity key, and returns it.
+	Register(ctx context.Context, p RegisterParams) (Device, error)
 	// Devices lists a household's devices ordered by name.
 	Devices(ctx context.Context, p ListParams) ([]Device, error)
 	// DeleteDevice removes a device, its envelopes, its invitations, the
@@ -401,11 +426,12 @@ type Store interface {
 	Removals(ctx context.Context, limit int) ([]Removal, error)
 	// ClearPush clears the device's push target if it is still target.
 	ClearPush(ctx context.Context, household, device string, target device.PushTarget) error
-	// Expire deletes expired envelopes and send records.
-	Expire(ctx context.Context, p ExpireParams) (ExpireResult, error)
-	// ReportHealth records r and returns the latest report of every relay
-	// made at or after since, r's included, in one round trip.
-	ReportHealth(ctx context.Context, r RelayHealth, since time.Time) ([]RelayHealth, error)
+}
+
+// Pairing is the invitations and renewal secrets through which a device
+// gets its credentials: the only calls made on behalf of a caller that
+// holds no token yet.
+type Pairing interface {
 	// CreateInvitation stores an invitation, replacing the device's
 	// unredeemed one if any. ErrDeviceExists when the device exists and
 	// p.Replace is false.
@@ -427,12 +453,31 @@ type Store interface {
 	// RenewParams.Grace). Presenting a revoked or reused secret revokes
 	// the device's every secret, committed before the refusal returns.
 	Renew(ctx context.Context, p RenewParams) (Grant, error)
+}
+
+// Fleet is how the relays that share a store learn of each other's
+// trouble; a relay alone never calls it.
+type Fleet interface {
+	// ReportHealth records r and returns the latest report of every relay
+	// made at or after since, r's included, in one round trip.
+	ReportHealth(ctx context.Context, r RelayHealth, since time.Time) ([]RelayHealth, error)
+}
+
+// Expiry is the deletion of what outlived its time: a background job's
+// whole need of the store, on a timer and in batches of its own.
+type Expiry interface {
+	// Expire deletes expired envelopes and send records.
+	Expire(ctx context.Context, p ExpireParams) (ExpireResult, error)
+}
+
+// Probe asks about the store itself rather than its data: whether it
+// answers, and whether it is still the store, with the same history,
+// that the relay's memory was filled from.
+type Probe interface {
 	// History reads the store's epoch and instance (see History).
 	History(ctx context.Context) (History, error)
 	// Ping checks the database on a connection of its own, not the pool's.
 	Ping(ctx context.Context) error
-	// Close releases the store's connections.
-	Close() error
 }
 
 // Recipients returns to sorted and without repeats: the order in which a

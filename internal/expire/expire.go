@@ -22,7 +22,7 @@ const expireBatch = 500
 
 // Expirer runs an expiry pass every minute between Start and Stop.
 type Expirer struct {
-	store     store.Store
+	store     store.Expiry
 	ttl       time.Duration
 	now       func() time.Time
 	log       *slog.Logger
@@ -35,7 +35,7 @@ type Expirer struct {
 
 // New registers the expiry counters on reg (nil: not exported); failed
 // passes are logged to log.
-func New(st store.Store, ttl time.Duration, reg prometheus.Registerer, log *slog.Logger) (*Expirer, error) {
+func New(st store.Expiry, ttl time.Duration, reg prometheus.Registerer, log *slog.Logger) (*Expirer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -43,7 +43,7 @@ type Hub interface {
 //     serving nothing.
 type Watch struct {
 	id    string
-	store store.Store
+	store store.Fleet
 	hub   Hub
 	every time.Duration
 	log   *slog.Logger
@@ -72,7 +72,7 @@ const (
 
 // New returns the watch, not started; troubled is set to how many relays
 // report trouble.
-func New(st store.Store, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *Watch {
+func New(st store.Fleet, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *Watch {
 	return &Watch{
 		id: relayID(), store: st, hub: hub, every: fleetEvery, log: log, troubled: troubled,
 		errs: rate.Sometimes{First: 1, Interval: time.Minute},

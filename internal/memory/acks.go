@@ -19,7 +19,7 @@ import (
 // last interval's acks (the envelopes are delivered again, and the client's
 // next cursor acknowledges them again) and activity, never an envelope.
 type acks struct {
-	store    store.Store
+	store    Store
 	interval time.Duration
 	timeout  time.Duration
 	onDone   func(res store.AckManyResult, err error)
@@ -47,7 +47,7 @@ const ackBatch = 256
 
 // newAcks returns the writer, not started; onDone hears the outcome of
 // every batch.
-func newAcks(st store.Store, interval, timeout time.Duration, onDone func(res store.AckManyResult, err error)) *acks {
+func newAcks(st Store, interval, timeout time.Duration, onDone func(res store.AckManyResult, err error)) *acks {
 	return &acks{
 		store: st, interval: interval, timeout: timeout, onDone: onDone,
 		pending: make(map[device.Key]store.Ack),

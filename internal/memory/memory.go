@@ -22,9 +22,22 @@ import (
 	"github.com/flamenet/relay/wake"
 )
 
+// Store is what memory reads and writes of the store: where devices stand
+// and their acknowledgements (of store.Queue), their registrations and
+// removals (of store.Directory), and pairings, which register a device
+// (of store.Pairing). The methods are store.Store's.
+type Store interface {
+	State(ctx context.Context, household, device string) (store.DeviceState, error)
+	Ack(ctx context.Context, p store.AckParams) (store.Position, error)
+	AckMany(ctx context.Context, acks []store.Ack) (store.AckManyResult, error)
+	Register(ctx context.Context, p store.RegisterParams) (store.Device, error)
+	Removals(ctx context.Context, limit int) ([]store.Removal, error)
+	Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
+}
+
 // Config is what a Memory needs.
 type Config struct {
-	Store store.Store
+	Store Store
 	// AckInterval is how often acknowledgements are written at most.
 	AckInterval time.Duration
 	// StoreTimeout bounds one write of acknowledgements.
@@ -40,7 +53,7 @@ type Config struct {
 // Memory is what one relay knows of devices. Start it once the hub tells
 // it the news (wake.Hub.Observe), and Stop it after the last request.
 type Memory struct {
-	store     store.Store
+	store     Store
 	now       func() time.Time
 	positions *position.Cache
 	removals  *removals

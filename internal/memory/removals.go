@@ -7,7 +7,6 @@ import (
 
 	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/position"
-	"github.com/flamenet/relay/store"
 )
 
 // removals keeps the list of every device's last removal (see
@@ -18,7 +17,7 @@ import (
 // store, as it would without the list.
 type removals struct {
 	list  *position.Removals
-	store store.Store
+	store Store
 	log   *slog.Logger
 
 	kick   chan struct{}
@@ -36,7 +35,7 @@ const removalsMax = 1 << 20
 const removalsTimeout = 30 * time.Second
 
 // newRemovals returns the list, not read until start.
-func newRemovals(st store.Store, log *slog.Logger) *removals {
+func newRemovals(st Store, log *slog.Logger) *removals {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &removals{
 		list: position.NewRemovals(), store: st, log: log,

@@ -12,7 +12,7 @@ import (
 
 // WatchConfig is what a Watch needs.
 type WatchConfig struct {
-	Store  store.Store
+	Store  store.Probe
 	Memory *Memory
 	// Interval is how often the store's history is checked; 0: a second.
 	Interval time.Duration

@@ -91,20 +91,10 @@ type API interface {
 	NoteDevice(ctx context.Context, household, device string)
 }
 
-// Store is the store's part in pairing. Pair must also tell the relay's
-// memory of the device it registers.
-type Store interface {
-	CreateInvitation(ctx context.Context, p store.InviteParams) error
-	CancelInvitation(ctx context.Context, household, device string) error
-	Invitations(ctx context.Context, p store.InvitationsParams) ([]store.Invitation, error)
-	Pair(ctx context.Context, p store.PairParams) (store.Grant, error)
-	Renew(ctx context.Context, p store.RenewParams) (store.Grant, error)
-}
-
 // Pairing serves the pairing endpoints.
 type Pairing struct {
 	cfg   Config
-	store Store
+	store store.Pairing
 	api   API
 	log   *slog.Logger
 	now   func() time.Time
@@ -115,8 +105,9 @@ type Pairing struct {
 	secrets   *buckets.Buckets[store.SecretHash]
 }
 
-// New is pairing as cfg says, on st, answering through api.
-func New(cfg Config, st Store, api API, log *slog.Logger, now func() time.Time) *Pairing {
+// New is pairing as cfg says, on st, answering through api. st's Pair must
+// also tell the relay's memory of the device it registers.
+func New(cfg Config, st store.Pairing, api API, log *slog.Logger, now func() time.Time) *Pairing {
 	if cfg.InviteTTL <= 0 {
 		cfg.InviteTTL = defaultInviteTTL
 	}
