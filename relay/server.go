@@ -78,9 +78,9 @@ type Server struct {
 
 	memory *memory.Memory
 	// watch checks the store's history and knows its current epoch.
-	watch   *memory.Watch
+	watch   *memory.HistoryCheck
 	parking *parking.Lot // nil until Serve
-	fleet   *fleet.Watch // nil with one relay
+	fleet   *fleet.Member // nil with one relay
 	// services are the background work, started in New and stopped in
 	// Shutdown, in one order.
 	services  service.Group
@@ -236,7 +236,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			}
 		},
 	})
-	s.watch = memory.NewWatch(memory.WatchConfig{
+	s.watch = memory.NewHistoryCheck(memory.HistoryCheckConfig{
 		Store: s.store, Memory: s.memory, Timeout: cfg.StoreTimeout, Logger: s.log,
 		Dropped: func(epochChanged bool) {
 			s.metrics.memoryDrops.Inc()

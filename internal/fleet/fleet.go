@@ -29,7 +29,7 @@ type Hub interface {
 	Degrade(until time.Time)
 }
 
-// Watch is one relay's part in the fleet. Each second it reports whether
+// Member is one relay's part in the fleet. Each second it reports whether
 // its own wake-ups flow and reads the others' reports, in one store call:
 //
 //   - while any relay reports trouble, this one falls back (held polls
@@ -41,7 +41,7 @@ type Hub interface {
 //     the healthy ones. When every relay is in trouble (Redis is down),
 //     they all stay ready: they serve by re-reading the store, which beats
 //     serving nothing.
-type Watch struct {
+type Member struct {
 	id    string
 	store store.Fleet
 	hub   Hub
@@ -70,10 +70,10 @@ const (
 	SickAfter = 5 * time.Second
 )
 
-// New returns the watch, not started; troubled is set to how many relays
+// New returns the member, not started; troubled is set to how many relays
 // report trouble.
-func New(st store.Fleet, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *Watch {
-	return &Watch{
+func New(st store.Fleet, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *Member {
+	return &Member{
 		id: relayID(), store: st, hub: hub, every: fleetEvery, log: log, troubled: troubled,
 		errs: rate.Sometimes{First: 1, Interval: time.Minute},
 		stop: make(chan struct{}), done: make(chan struct{}),
@@ -81,10 +81,10 @@ func New(st store.Fleet, hub Hub, log *slog.Logger, troubled prometheus.Gauge) *
 }
 
 // Start reports and reads every second until Stop.
-func (f *Watch) Start() { go f.run() }
+func (f *Member) Start() { go f.run() }
 
 // Stop ends the rounds and waits for the last one.
-func (f *Watch) Stop() {
+func (f *Member) Stop() {
 	close(f.stop)
 	<-f.done
 }
@@ -98,7 +98,7 @@ func relayID() string {
 	return fmt.Sprintf("%.40s-%s", host, hex.EncodeToString(b))
 }
 
-func (f *Watch) run() {
+func (f *Member) run() {
 	defer close(f.done)
 	t := time.NewTicker(f.every)
 	defer t.Stop()
@@ -112,7 +112,7 @@ func (f *Watch) run() {
 	}
 }
 
-func (f *Watch) round(now time.Time) {
+func (f *Member) round(now time.Time) {
 	err := f.hub.Health()
 	ownOK := err == nil || errors.Is(err, wake.ErrDegraded)
 	ctx, cancel := context.WithTimeout(context.Background(), f.every)
@@ -151,7 +151,7 @@ func (f *Watch) round(now time.Time) {
 // while another relay's flow.
 //
 // A change of its answer is logged, once: /ready asks at every probe.
-func (f *Watch) Ready(now time.Time) error {
+func (f *Member) Ready(now time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var err error

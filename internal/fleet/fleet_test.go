@@ -41,7 +41,7 @@ func (r *reports) ReportHealth(_ context.Context, h store.RelayHealth, _ time.Ti
 
 var errCut = errors.New("redis unreachable")
 
-func newWatch(st *reports, hub *fakeHub) (*Watch, prometheus.Gauge) {
+func newWatch(st *reports, hub *fakeHub) (*Member, prometheus.Gauge) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "troubled"})
 	return New(st, hub, slog.New(slog.DiscardHandler), g), g
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/flamenet/relay/store"
 )
 
-// WatchConfig is what a Watch needs.
-type WatchConfig struct {
+// HistoryCheckConfig is what a HistoryCheck needs.
+type HistoryCheckConfig struct {
 	Store  store.Probe
 	Memory *Memory
 	// Interval is how often the store's history is checked; 0: a second.
@@ -19,22 +19,22 @@ type WatchConfig struct {
 	// Timeout bounds one check.
 	Timeout time.Duration
 	Logger  *slog.Logger
-	// Dropped runs after memory was dropped, on the watch's goroutine,
+	// Dropped runs after memory was dropped, on the check's goroutine,
 	// with whether the epoch changed (the new one is Epoch's by then):
 	// the relay counts it and, for a new epoch, wakes every held poll so
 	// that each checks its epoch again.
 	Dropped func(epochChanged bool)
 }
 
-// Watch keeps a relay's memory true to the store it is talking to. It
+// HistoryCheck keeps a relay's memory true to the store it is talking to. It
 // checks the store's history (store.History) every interval, and soon
 // after Nudge: when a check fails, or the store's instance or epoch is
 // not the last good check's, what memory knows may be of another store
 // (a failover, a restore, a file put in place), and is dropped
 // (Memory.Lost; for a new epoch Memory.EpochChanged, which also drops the
 // acknowledgements taken in the old one).
-type Watch struct {
-	cfg   WatchConfig
+type HistoryCheck struct {
+	cfg   HistoryCheckConfig
 	log   *slog.Logger
 	epoch atomic.Pointer[string] // the last good check's; nil before one
 	last  store.History          // the last good check; the loop's own
@@ -52,8 +52,8 @@ type Watch struct {
 // store that fails every request is not asked for its history as often.
 const nudgeGap = 100 * time.Millisecond
 
-// NewWatch returns a watch, not started.
-func NewWatch(cfg WatchConfig) *Watch {
+// NewHistoryCheck returns a check, not started.
+func NewHistoryCheck(cfg HistoryCheckConfig) *HistoryCheck {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
@@ -67,19 +67,19 @@ func NewWatch(cfg WatchConfig) *Watch {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Watch{cfg: cfg, log: log, nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	return &HistoryCheck{cfg: cfg, log: log, nudge: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		next: make(chan struct{})}
 }
 
 // Start checks once, so that the relay knows the epoch before it serves,
 // and then goes on in the background.
-func (w *Watch) Start() {
+func (w *HistoryCheck) Start() {
 	w.checkOnce()
 	go w.run()
 }
 
 // Stop ends the checks.
-func (w *Watch) Stop() {
+func (w *HistoryCheck) Stop() {
 	select {
 	case <-w.stop:
 	default:
@@ -90,7 +90,7 @@ func (w *Watch) Stop() {
 
 // Nudge asks for a check soon: a store call failed as unavailable, or a
 // read named another epoch than the current one.
-func (w *Watch) Nudge() {
+func (w *HistoryCheck) Nudge() {
 	select {
 	case w.nudge <- struct{}{}:
 	default:
@@ -99,9 +99,9 @@ func (w *Watch) Nudge() {
 
 // Sync asks for a check and waits until one that began after the call
 // has ended, or ctx ends: a request that found the store at an epoch the
-// watch has not seen yet waits for memory of the old one to be dropped,
+// check has not seen yet waits for memory of the old one to be dropped,
 // instead of sending its client to resynchronise a second time.
-func (w *Watch) Sync(ctx context.Context) {
+func (w *HistoryCheck) Sync(ctx context.Context) {
 	w.mu.Lock()
 	ch := w.next
 	w.mu.Unlock()
@@ -114,14 +114,14 @@ func (w *Watch) Sync(ctx context.Context) {
 
 // Epoch is the store's current epoch as of the last good check; "" before
 // any.
-func (w *Watch) Epoch() string {
+func (w *HistoryCheck) Epoch() string {
 	if e := w.epoch.Load(); e != nil {
 		return *e
 	}
 	return ""
 }
 
-func (w *Watch) run() {
+func (w *HistoryCheck) run() {
 	defer close(w.done)
 	defer func() {
 		// Stopped: nobody waits for a check that will not come.
@@ -150,7 +150,7 @@ func (w *Watch) run() {
 }
 
 // checkOnce is check, and the end of the Sync calls that came before it.
-func (w *Watch) checkOnce() {
+func (w *HistoryCheck) checkOnce() {
 	w.mu.Lock()
 	done := w.next
 	w.next = make(chan struct{})
@@ -161,7 +161,7 @@ func (w *Watch) checkOnce() {
 
 // check reads the store's history and drops memory when it is not the
 // last good check's, or cannot be read.
-func (w *Watch) check() {
+func (w *HistoryCheck) check() {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Timeout)
 	h, err := w.cfg.Store.History(ctx)
 	cancel()

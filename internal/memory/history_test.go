@@ -44,8 +44,8 @@ func TestWatchDropsMemory(t *testing.T) {
 	}
 	hs := &historyStore{Store: db, h: real}
 	drops := make(chan bool, 10)
-	var w *Watch
-	w = NewWatch(WatchConfig{Store: hs, Memory: m, Interval: time.Hour, Dropped: func(changed bool) {
+	var w *HistoryCheck
+	w = NewHistoryCheck(HistoryCheckConfig{Store: hs, Memory: m, Interval: time.Hour, Dropped: func(changed bool) {
 		if changed && w.Epoch() != "new-epoch" {
 			t.Errorf("Dropped ran with the epoch %q current, want the new one", w.Epoch())
 		}
@@ -154,7 +154,7 @@ func TestWatchSync(t *testing.T) {
 	}
 	bs := &blockingHistory{historyStore: &historyStore{Store: db, h: real},
 		armed: make(chan struct{}), entered: make(chan struct{}), release: make(chan struct{})}
-	w := NewWatch(WatchConfig{Store: bs, Memory: m, Interval: time.Hour})
+	w := NewHistoryCheck(HistoryCheckConfig{Store: bs, Memory: m, Interval: time.Hour})
 	w.Start()
 	t.Cleanup(w.Stop)
 
@@ -173,7 +173,7 @@ func TestWatchSync(t *testing.T) {
 // TestWatchSyncAfterStop: Sync does not wait for a stopped watch.
 func TestWatchSyncAfterStop(t *testing.T) {
 	m, db := newMemory(t)
-	w := NewWatch(WatchConfig{Store: db, Memory: m, Interval: time.Hour})
+	w := NewHistoryCheck(HistoryCheckConfig{Store: db, Memory: m, Interval: time.Hour})
 	w.Start()
 	w.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
