@@ -79,7 +79,7 @@ type Server struct {
 	memory *memory.Memory
 	// watch checks the store's history and knows its current epoch.
 	watch   *memory.HistoryCheck
-	parking *parking.Lot // nil until Serve
+	parking *parking.Lot  // nil until Serve
 	fleet   *fleet.Member // nil with one relay
 	// services are the background work, started in New and stopped in
 	// Shutdown, in one order.
