@@ -62,8 +62,8 @@ func newAcks(st Store, interval, timeout time.Duration, onDone func(res store.Ac
 func (a *acks) start() { go a.run() }
 
 // add records that k acknowledged up to cursor (a negative cursor records
-// only activity) at seen (zero: no activity to record), in k's life life
-// and the store's epoch epoch as the caller knew them: the store skips the
+// only activity) at seen (zero: no activity to record), in the life and
+// the store's epoch given, as the caller knew them: the store skips the
 // ack if k was removed since, so an ack of a device's old life never
 // reaches a new registration of the same name, and if the epoch changed,
 // so that a cursor of one history never acknowledges another's envelopes.

@@ -115,7 +115,7 @@ func (m *Memory) Advanced(w wake.Wake) {
 	m.positions.Advanced(w.Key, w.Life, w.Head)
 }
 
-// Removed is the hub's news that k was removed at at.
+// Removed is the hub's news that k was removed at the time given.
 func (m *Memory) Removed(k device.Key, at time.Time) {
 	life := device.LifeAfter(at)
 	m.recent.forget(k)
@@ -294,14 +294,14 @@ func (m *Memory) HeadRead(k device.Key, life device.Life, head int64, now time.T
 	m.positions.HeadRead(k, life, head, now)
 }
 
-// Empty records that a read of k's life life found nothing stored above
+// Empty records that a read of k, in the life given, found nothing stored above
 // its cursor up to upTo.
 func (m *Memory) Empty(k device.Key, life device.Life, upTo int64) {
 	m.positions.Empty(k, life, upTo)
 }
 
-// Recent is the envelope with seq committed for k in its life life a
-// moment ago, if it is still kept.
+// Recent returns the envelope with seq committed for k, in the life given,
+// a moment ago, if it is still kept.
 func (m *Memory) Recent(k device.Key, seq int64, life device.Life) (store.Envelope, bool) {
 	return m.recent.get(k, seq, life, time.Now())
 }

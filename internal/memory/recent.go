@@ -47,7 +47,7 @@ const (
 	recentBytes = 16 << 20
 )
 
-// put keeps e, committed for k in its life life.
+// put keeps e, committed for k in the life given.
 func (r *recent) put(k device.Key, e store.Envelope, life device.Life, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
