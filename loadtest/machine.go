@@ -2,13 +2,11 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -17,26 +15,21 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/internal/fdlimit"
+	"github.com/flamenet/relay/internal/procstat"
 	"github.com/flamenet/relay/loadtest/report"
 )
 
 // ephemeralPorts is the kernel's range of local ports for outgoing
 // connections.
 func ephemeralPorts() (lo, hi int, err error) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	r, err := procstat.SysctlInts("net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0, 0, err
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("ip_local_port_range: %q", b)
+	if len(r) != 2 || r[1] < r[0] {
+		return 0, 0, fmt.Errorf("ip_local_port_range: %v", r)
 	}
-	lo, err1 := strconv.Atoi(f[0])
-	hi, err2 := strconv.Atoi(f[1])
-	if err1 != nil || err2 != nil || hi < lo {
-		return 0, 0, fmt.Errorf("ip_local_port_range: %q", b)
-	}
-	return lo, hi, nil
+	return r[0], r[1], nil
 }
 
 // gitState describes the checkout at src.
@@ -73,94 +66,19 @@ func gitState(ctx context.Context, src string) report.Git {
 
 func machine() report.Machine {
 	m := report.Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.OS += " " + strings.TrimSpace(string(b))
+	if rel, err := procstat.Sysctl("kernel/osrelease"); err == nil {
+		m.OS += " " + rel
 	}
-	if f, err := os.Open("/proc/cpuinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), ":")
-			if ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-		f.Close()
-	}
+	m.CPUModel = procstat.CPUModel()
 	if soft, hard, err := fdlimit.Current(); err == nil {
 		m.OpenFileSoft, m.OpenFileHard = soft, hard
 	}
 	return m
 }
 
-// clockTick is USER_HZ, the unit of /proc/<pid>/stat times. It is 100 on
-// every Linux this runs on; Go has no sysconf to ask.
-const clockTick = 100
-
-// procCPU returns a process's user+system CPU time from /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name may hold spaces and parentheses; fields start after
-	// the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// After ')': state is field 3, utime 14 and stime 15 (1-based).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad times", pid)
-	}
-	return time.Duration(utime+stime) * time.Second / clockTick, nil
-}
-
-// procStatusBytes reads a "kB" line such as VmHWM from /proc/<pid>/status.
-func procStatusBytes(pid int, key string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || k != key {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			break
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/status %s: %w", pid, key, err)
-		}
-		return n * 1024, nil
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, key)
-}
-
 // procOpenFileLimit reads the soft "Max open files" of a process.
 func procOpenFileLimit(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				return strconv.ParseUint(f[0], 10, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/limits: no Max open files", pid)
+	return procstat.OpenFileLimit(pid)
 }
 
 // selfUsage is this process's own CPU time and peak RSS.

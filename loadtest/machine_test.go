@@ -12,20 +12,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
+// TestProcReadings: what the report takes from /proc is there (how it
+// is read is procstat's to test).
 func TestProcReadings(t *testing.T) {
-	pid := os.Getpid()
-	if _, err := procCPU(pid); err != nil {
-		t.Errorf("procCPU: %v", err)
-	}
-	if b, err := procStatusBytes(pid, "VmHWM"); err != nil || b <= 0 {
-		t.Errorf("VmHWM = %d, %v", b, err)
-	}
-	if l, err := procOpenFileLimit(pid); err != nil || l == 0 {
+	if l, err := procOpenFileLimit(os.Getpid()); err != nil || l == 0 {
 		t.Errorf("open-file limit = %d, %v", l, err)
 	}
-	if m := machine(); m.CPUs < 1 || m.OpenFileSoft == 0 {
+	if lo, hi, err := ephemeralPorts(); err != nil || lo < 1 || hi < lo {
+		t.Errorf("ephemeral ports %d-%d, %v", lo, hi, err)
+	}
+	// The OS with its kernel release: "linux/amd64 6.1.0-...".
+	if m := machine(); m.CPUs < 1 || m.OpenFileSoft == 0 || len(strings.Fields(m.OS)) != 2 {
 		t.Errorf("machine = %+v", m)
 	}
 }
@@ -86,7 +87,7 @@ func TestMetricsMeter(t *testing.T) {
 	if got.Source != "metrics" || got.Processes != 2 || got.CPUSecondsTotal < start.Seconds() || got.CPUSeconds < 0 {
 		t.Errorf("read = %+v (start %v)", got, start)
 	}
-	own, err := procStatusBytes(os.Getpid(), "VmRSS")
+	own, err := procstat.RSS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}

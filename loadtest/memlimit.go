@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // How a relay's memory cap is enforced.
@@ -130,7 +131,7 @@ func (m *memCap) wrap(argv []string) []string {
 // limit, or its address-space limit.
 func (m *memCap) applied(pid int) (int64, error) {
 	if m.method == capRlimitAS {
-		return procLimit(pid, "Max address space")
+		return procstat.AddressSpaceLimit(pid)
 	}
 	dir, err := pidCgroupDir(pid, map[string]int{capCgroupV1: 1, capCgroupV2: 2}[m.method])
 	if err != nil {
@@ -181,25 +182,23 @@ func ownCgroupDir(version int) (string, error) {
 }
 
 func pidCgroupDir(pid, version int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	cgroups, err := procstat.Cgroups(pid)
 	if err != nil {
 		return "", err
 	}
-	path, found := "", false
-	for _, line := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
+	i := slices.IndexFunc(cgroups, func(c procstat.Cgroup) bool {
+		switch version {
+		case 1:
+			return slices.Contains(c.Controllers, "memory")
+		case 2:
+			return c.HierarchyID == 0 && len(c.Controllers) == 0
 		}
-		v1Memory := slices.Contains(strings.Split(parts[1], ","), "memory")
-		if (version == 1 && v1Memory) || (version == 2 && parts[0] == "0" && parts[1] == "") {
-			path, found = parts[2], true
-			break
-		}
-	}
-	if !found {
+		return false
+	})
+	if i < 0 {
 		return "", fmt.Errorf("pid %d has no cgroup v%d memory hierarchy", pid, version)
 	}
+	path := cgroups[i].Path
 	mount, root, err := cgroupMount(version)
 	if err != nil {
 		return "", err
@@ -212,53 +211,19 @@ func pidCgroupDir(pid, version int) (string, error) {
 }
 
 // cgroupMount finds the hierarchy's mount point and the cgroup path
-// mounted there, from /proc/self/mountinfo.
+// mounted there.
 func cgroupMount(version int) (mount, root string, err error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := procstat.Mounts()
 	if err != nil {
 		return "", "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent dev root mountpoint options [optional...] - fstype source superoptions
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
+	for _, m := range mounts {
+		_, memory := m.SuperOptions["memory"]
+		if (version == 2 && m.FSType == "cgroup2") || (version == 1 && m.FSType == "cgroup" && memory) {
+			return m.MountPoint, m.Root, nil
 		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 5 || len(b) < 3 {
-			continue
-		}
-		switch {
-		case version == 2 && b[0] == "cgroup2",
-			version == 1 && b[0] == "cgroup" && slices.Contains(strings.Split(b[2], ","), "memory"):
-			return unescapeMount(a[4]), unescapeMount(a[3]), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", err
 	}
 	return "", "", fmt.Errorf("no cgroup v%d memory hierarchy is mounted", version)
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func writeFile(path string, n int64) error {
@@ -291,26 +256,4 @@ func keyedInt(path, key string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s: no %s", path, key)
-}
-
-// procLimit reads the soft value of a /proc/<pid>/limits row, in bytes for
-// the memory rows; -1 when unlimited.
-func procLimit(pid int, row string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, row); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			if f[0] == "unlimited" {
-				return -1, nil
-			}
-			return strconv.ParseInt(f[0], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/limits: no %s", pid, row)
 }

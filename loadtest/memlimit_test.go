@@ -9,18 +9,6 @@ import (
 	"testing"
 )
 
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{
-		"/sys/fs/cgroup/memory": "/sys/fs/cgroup/memory",
-		`/mnt/with\040space`:    "/mnt/with space",
-		`/odd\\`:                `/odd\\`,
-	} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestKeyedInt(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "memory.oom_control")
 	if err := os.WriteFile(p, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {

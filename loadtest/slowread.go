@@ -4,19 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/flamenet/relay/internal/procstat"
 	"github.com/flamenet/relay/token"
 )
 
@@ -262,7 +260,7 @@ func (s *slowReaders) sampleTCP(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for first := true; ; first = false {
-		if n, err := tcpMemory(); err == nil {
+		if n, err := procstat.TCPMemory(); err == nil {
 			s.mu.Lock()
 			if first {
 				s.tcpBase = n
@@ -276,32 +274,6 @@ func (s *slowReaders) sampleTCP(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// tcpMemory is the kernel's TCP buffer memory now, in bytes, from
-// /proc/net/sockstat ("TCP: ... mem <pages>").
-func tcpMemory() (int64, error) {
-	b, err := os.ReadFile("/proc/net/sockstat")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(line, "TCP:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		for i := 0; i+1 < len(f); i += 2 {
-			if f[i] == "mem" {
-				pages, err := strconv.ParseInt(f[i+1], 10, 64)
-				if err != nil {
-					return 0, err
-				}
-				return pages * int64(os.Getpagesize()), nil
-			}
-		}
-	}
-	return 0, errors.New("/proc/net/sockstat: no TCP mem")
 }
 
 func (s *slowReaders) summary() (rounds, connected int, limit float64, tcpBase, tcpPeak int64) {

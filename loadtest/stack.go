@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	relayconfig "github.com/flamenet/relay/internal/config"
+	"github.com/flamenet/relay/internal/procstat"
 	"github.com/flamenet/relay/loadtest/report"
 )
 
@@ -353,12 +354,12 @@ func (r *relayProc) usage() (cpu time.Duration, peak int64, err error) {
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Maxrss * 1024, nil
 	}
 	pid := r.cmd.Process.Pid
-	if cpu, err = procCPU(pid); err != nil {
+	if cpu, err = procstat.CPUTime(pid); err != nil {
 		return 0, 0, err
 	}
 	// VmHWM is the process's peak resident set, so nothing is missed
 	// between samples.
-	peak, err = procStatusBytes(pid, "VmHWM")
+	peak, err = procstat.PeakRSS(pid)
 	return cpu, peak, err
 }
 
@@ -509,7 +510,7 @@ func (s *stack) usage() (cpu time.Duration, peak, rss int64, err error) {
 			cpu += c
 			slotPeak = max(slotPeak, p)
 			if !r.exited() {
-				if b, err := procStatusBytes(r.cmd.Process.Pid, "VmRSS"); err == nil {
+				if b, err := procstat.RSS(r.cmd.Process.Pid); err == nil {
 					rss += b
 				}
 			}

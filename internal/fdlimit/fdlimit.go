@@ -7,10 +7,9 @@ package fdlimit
 
 import (
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // Raise sets the soft open-file limit to the hard limit and returns the
@@ -33,10 +32,8 @@ func RaiseTo(need uint64) (soft, hard uint64, err error) {
 	if lim.Max < need {
 		up := lim
 		up.Max = need
-		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
-				up.Max = min(up.Max, n)
-			}
+		if n, err := procstat.SysctlInts("fs/nr_open"); err == nil && len(n) == 1 {
+			up.Max = min(up.Max, uint64(n[0]))
 		}
 		up.Cur = up.Max
 		// Refused without the privilege; the soft limit still goes up below.

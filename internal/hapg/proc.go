@@ -3,10 +3,7 @@ package hapg
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +30,7 @@ type proc struct {
 func procs() []proc {
 	var out []proc
 	for _, p := range procstat.List() {
-		cwd, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(p.PID), "cwd"))
+		cwd, _ := procstat.Cwd(p.PID)
 		out = append(out, proc{pid: p.PID, ppid: p.PPID, state: p.State, cwd: cwd})
 	}
 	return out
@@ -144,26 +141,18 @@ func becomeSubreaper() {
 // it shuts down cleanly, and one killed leaves a segment that outlives its
 // data directory.
 func removeSharedMemory(creators []int) error {
-	b, err := os.ReadFile("/proc/sysvipc/shm")
+	segments, err := procstat.SharedMemory()
 	if err != nil {
 		return nil // no System V IPC to clean
 	}
 	var errs []error
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		// key shmid perms size cpid lpid nattch ...
-		f := strings.Fields(line)
-		if len(f) < 7 {
-			continue
-		}
-		id, err1 := strconv.Atoi(f[1])
-		cpid, err2 := strconv.Atoi(f[4])
-		nattch, err3 := strconv.Atoi(f[6])
-		if errors.Join(err1, err2, err3) != nil || nattch != 0 || !slices.Contains(creators, cpid) {
+	for _, s := range segments {
+		if s.Attached != 0 || !slices.Contains(creators, s.Creator) {
 			continue
 		}
 		const ipcRMID = 0
-		if _, _, e := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRMID, 0); e != 0 {
-			errs = append(errs, fmt.Errorf("remove shared memory segment %d: %w", id, e))
+		if _, _, e := syscall.Syscall(syscall.SYS_SHMCTL, uintptr(s.ID), ipcRMID, 0); e != 0 {
+			errs = append(errs, fmt.Errorf("remove shared memory segment %d: %w", s.ID, e))
 		}
 	}
 	return errors.Join(errs...)

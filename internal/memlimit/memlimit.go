@@ -6,11 +6,13 @@
 package memlimit
 
 import (
-	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // unlimited: cgroup v1 reports no limit as a huge number.
@@ -18,34 +20,30 @@ const unlimited = 1 << 60
 
 // Limit returns the memory limit in bytes of the cgroup this process is
 // in, or 0 when there is none (or it cannot be read).
-func Limit() int64 { return limit("/proc/self/cgroup", "/sys/fs/cgroup") }
-
-// limit reads the process's cgroups from procCgroup and their files under
-// root: cgroup v2's memory.max, or v1's memory.limit_in_bytes. A limit set
-// on the process's own group wins; else the hierarchy's root (a container
-// whose cgroup namespace makes its group the root).
-func limit(procCgroup, root string) int64 {
-	f, err := os.Open(procCgroup)
+func Limit() int64 {
+	cgroups, err := procstat.Cgroups(os.Getpid())
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	return limit(cgroups, "/sys/fs/cgroup")
+}
+
+// limit reads the files of the process's cgroups under root: cgroup v2's
+// memory.max, or v1's memory.limit_in_bytes. A limit set on the process's
+// own group wins; else the hierarchy's root (a container whose cgroup
+// namespace makes its group the root).
+func limit(cgroups []procstat.Cgroup, root string) int64 {
 	var candidates []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
+	for _, c := range cgroups {
 		switch {
-		case parts[0] == "0" && parts[1] == "": // v2
+		case c.HierarchyID == 0 && len(c.Controllers) == 0: // v2
 			candidates = append(candidates,
-				filepath.Join(root, parts[2], "memory.max"),
-				filepath.Join(root, "unified", parts[2], "memory.max"),
+				filepath.Join(root, c.Path, "memory.max"),
+				filepath.Join(root, "unified", c.Path, "memory.max"),
 				filepath.Join(root, "memory.max"))
-		case hasController(parts[1], "memory"): // v1
+		case slices.Contains(c.Controllers, "memory"): // v1
 			candidates = append(candidates,
-				filepath.Join(root, "memory", parts[2], "memory.limit_in_bytes"),
+				filepath.Join(root, "memory", c.Path, "memory.limit_in_bytes"),
 				filepath.Join(root, "memory", "memory.limit_in_bytes"))
 		}
 	}
@@ -65,13 +63,4 @@ func limit(procCgroup, root string) int64 {
 		return n
 	}
 	return 0
-}
-
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }

@@ -1,8 +1,7 @@
 package procstat
 
 import (
-	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -16,18 +15,18 @@ type Proc struct {
 // List reads every process's stat line; processes that end meanwhile, or
 // whose line does not parse, are left out.
 func List() []Proc {
-	entries, err := os.ReadDir("/proc")
+	fs, err := machine()
+	if err != nil {
+		return nil
+	}
+	all, err := fs.AllProcs()
 	if err != nil {
 		return nil
 	}
 	var out []Proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := read(pid); ok {
-			out = append(out, p)
+	for _, p := range all {
+		if s, err := p.Stat(); err == nil {
+			out = append(out, Proc{PID: p.PID, PPID: s.PPID, State: s.State})
 		}
 	}
 	return out
@@ -47,41 +46,38 @@ func Children(pid int) []int {
 // Alive reports whether process pid exists and is not a zombie: a zombie
 // holds no port, no memory and no shared memory.
 func Alive(pid int) bool {
-	p, ok := read(pid)
-	return ok && p.State != "Z" && p.State != "X"
+	s, err := stat(pid)
+	return err == nil && s.State != "Z" && s.State != "X"
 }
 
-// StartTime is /proc/<pid>/stat's 22nd field, when the process started,
-// which a later process with the same pid does not share; "" when pid
-// does not exist or /proc cannot tell.
-func StartTime(pid int) string {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+// Command is a process and its command line.
+type Command struct {
+	PID  int
+	Args []string
+}
+
+// String is the pid and the command line, as a test's message shows them.
+func (c Command) String() string {
+	return strconv.Itoa(c.PID) + ": " + strings.Join(c.Args, " ")
+}
+
+// WithArg lists the processes one of whose arguments holds s. A zombie
+// has no arguments, so every one listed is alive.
+func WithArg(s string) []Command {
+	fs, err := machine()
 	if err != nil {
-		return ""
+		return nil
 	}
-	return startTime(string(b))
-}
-
-// startTime reads the start time from a stat line. The command name
-// (field 2) is in parentheses and may hold spaces; the fields around the
-// start time (state, CPU times) change as the process runs.
-func startTime(stat string) string {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(stat[i+1:]) // from field 3 on
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
-func read(pid int) (Proc, bool) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	all, err := fs.AllProcs()
 	if err != nil {
-		return Proc{}, false
+		return nil
 	}
-	state, ppid, ok := Parse(string(b))
-	return Proc{PID: pid, PPID: ppid, State: state}, ok
+	var out []Command
+	for _, p := range all {
+		args, err := p.CmdLine()
+		if err == nil && slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s) }) {
+			out = append(out, Command{PID: p.PID, Args: args})
+		}
+	}
+	return out
 }

@@ -12,12 +12,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 // Browser is headless Chromium driven over the DevTools protocol on a
@@ -378,15 +379,7 @@ func noneLeft(t testing.TB, arg string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		var left []string
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			b, err := os.ReadFile(p)
-			if err == nil && bytes.Contains(b, []byte(arg)) {
-				// A zombie's cmdline is empty, so anything here is alive.
-				left = append(left, filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
-			}
-		}
+		left := procstat.WithArg(arg)
 		if len(left) == 0 {
 			return
 		}

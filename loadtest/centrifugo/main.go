@@ -42,6 +42,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/flamenet/relay/internal/procstat"
 )
 
 type config struct {
@@ -144,7 +146,7 @@ type bench struct {
 func run(ctx context.Context, cfg config) (*report, error) {
 	rep := &report{Date: time.Now().UTC(), Command: os.Args, Subscribers: cfg.subscribers, Herd: cfg.herd,
 		OfferedRate: cfg.rate, DurationSeconds: cfg.duration.Seconds()}
-	rep.CPUModel, rep.NProc, rep.Commit = cpuModel(), runtime.NumCPU(), cfg.commit
+	rep.CPUModel, rep.NProc, rep.Commit = procstat.CPUModel(), runtime.NumCPU(), cfg.commit
 	v, err := exec.Command(cfg.bin, "version").Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s version: %w", cfg.bin, err)
@@ -508,27 +510,13 @@ func (b *bench) owed() int {
 	return n
 }
 
-// procStats is the process's user+system CPU seconds (fields 14 and 15 of
-// /proc/<pid>/stat, in clock ticks of 1/100 s: CLK_TCK on Linux) and its
-// peak RSS in bytes (VmHWM of /proc/<pid>/status).
+// procStats is the process's user+system CPU seconds and its peak RSS in
+// bytes (VmHWM).
 func procStats(pid int) (cpu float64, hwm int64, err error) {
-	stat, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	status, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, err
-	}
-	// The command name may hold spaces, so count fields after its ')':
-	// the first of them is field 3.
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	var kb int64
-	_, v, _ := strings.Cut(string(status), "VmHWM:")
-	_, err3 := fmt.Sscan(v, &kb) // "VmHWM:   123456 kB"
-	return float64(utime+stime) / 100, kb << 10, errors.Join(err1, err2, err3)
+	t, err1 := procstat.CPUTime(pid)
+	hwm, err2 := procstat.PeakRSS(pid)
+	// Whole ticks of 10 ms: the quotient is the same float as ticks/100.
+	return float64(t) / float64(time.Second), hwm, errors.Join(err1, err2)
 }
 
 func raiseNoFile(need int) error {
@@ -555,16 +543,6 @@ func percentileMS(d []time.Duration, q float64) float64 {
 func round(v float64, places int) float64 {
 	p := math.Pow10(places)
 	return math.Round(v*p) / p
-}
-
-func cpuModel() string {
-	data, _ := os.ReadFile("/proc/cpuinfo")
-	for line := range strings.Lines(string(data)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 func randHex(n int) string {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/flamenet/relay/internal/pairtest"
+	"github.com/flamenet/relay/internal/procstat"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/relay"
 	"github.com/flamenet/relay/token"
@@ -221,7 +222,7 @@ func noneLeft(t *testing.T, profile string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		left := processesWith("--user-data-dir=" + profile)
+		left := procstat.WithArg("--user-data-dir=" + profile)
 		if len(left) == 0 {
 			return
 		}
@@ -231,21 +232,6 @@ func noneLeft(t *testing.T, profile string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// processesWith lists the live processes whose command line holds arg.
-func processesWith(arg string) []string {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var out []string
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte(arg)) {
-			continue
-		}
-		// A zombie's cmdline is empty, so anything here is alive.
-		out = append(out, fmt.Sprintf("%s: %s", filepath.Base(filepath.Dir(p)), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-	}
-	return out
 }
 
 // TestBrowserTabsRenew: two frames of one origin in headless Chromium (to
