@@ -17,6 +17,10 @@ import (
 	"time"
 
 	relayconfig "github.com/flamenet/relay/internal/config"
+	"github.com/flamenet/relay/internal/hapg"
+	"github.com/flamenet/relay/loadtest/internal/faults"
+	"github.com/flamenet/relay/loadtest/internal/hostile"
+	"github.com/flamenet/relay/loadtest/internal/stack"
 )
 
 type config struct {
@@ -191,7 +195,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
 	fs.IntVar(&c.sourceAddrs, "source-addrs", 0, "spread the pairs' connections over this many loopback source addresses (127.0.0.1, .2, ...); 0: as many as the ephemeral ports need")
 	fs.Var(seedFlag{&c.faults}, "faults", "run a fault campaign drawn from this seed (0 to 2^64-1): relays, a Postgres and a Redis of the stack's own killed, paused and restarted, recipients removed and registered again, clients crashed, under the load; the same seed and flags replay the same plan. Unless given, -store postgres -replicas 3 -pairs 160 -rate 30 -wait 5")
-	fs.Var((*kindList)(&c.faultKinds), "fault-kinds", "with -faults, the kinds of fault drawn, comma-separated (default every one: "+strings.Join(faultKinds, ",")+")")
+	fs.Var((*kindList)(&c.faultKinds), "fault-kinds", "with -faults, the kinds of fault drawn, comma-separated (default every one: "+strings.Join(faults.FaultKinds, ",")+")")
 	c.faultGap = time.Second
 	fs.Var((*seconds)(&c.faultGap), "fault-gap", "with -faults, the mean time between the starts of two faults")
 	fs.Usage = func() {
@@ -230,7 +234,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 			return nil, errors.New("-faults starts a Postgres and a Redis of its own, which it kills and pauses; -pg and -redis cannot be given with it")
 		}
 		if len(c.faultKinds) == 0 {
-			c.faultKinds = slices.Clone(faultKinds)
+			c.faultKinds = slices.Clone(faults.FaultKinds)
 		}
 	}
 	if c.failover != "" && given["pg"] {
@@ -293,7 +297,7 @@ func (c *config) validate() error {
 	if c.slowReaders < 0 {
 		errs = append(errs, errors.New("-slow-readers must be 0 or more"))
 	}
-	if _, ok := hostileKindSets[c.hostileKinds]; !ok {
+	if hostile.KindNames(c.hostileKinds) == nil {
 		errs = append(errs, fmt.Errorf("-hostile-kinds %q: want all or pairing", c.hostileKinds))
 	}
 	if c.sourceAddrs < 0 || c.sourceAddrs > 254 {
@@ -335,7 +339,7 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("-store %q: want sqlite or postgres", c.store))
 		}
 		if db, err := relayconfig.ParseDatabaseURL(c.pg); c.store == "postgres" && (err != nil || db.Kind != relayconfig.Postgres) {
-			errs = append(errs, fmt.Errorf("-pg %q: want a postgres:// URL", redactURL(c.pg)))
+			errs = append(errs, fmt.Errorf("-pg %q: want a postgres:// URL", stack.RedactURL(c.pg)))
 		}
 		if c.replicas < 1 {
 			errs = append(errs, errors.New("-replicas must be at least 1"))
@@ -394,6 +398,41 @@ func (c *config) validateCampaign() []error {
 	}
 	if c.duration < 5*time.Second {
 		errs = append(errs, errors.New("-faults needs -duration 5s or more: faults begin after the first second and end two seconds before the last send"))
+	}
+	return errs
+}
+
+// validateFailover checks what -failover needs: a throwaway stack on a
+// Postgres it owns, and no other fault.
+func (c *config) validateFailover() []error {
+	if c.failover == "" {
+		return nil
+	}
+	var errs []error
+	if c.failover != string(hapg.Sync) && c.failover != string(hapg.Async) {
+		errs = append(errs, fmt.Errorf("-failover %q: want sync or async", c.failover))
+	}
+	if len(c.urls) > 0 {
+		errs = append(errs, errors.New("-failover needs a throwaway stack: it starts the Postgres whose primary it kills"))
+	}
+	switch c.store {
+	case "":
+		c.store = "postgres"
+	case "postgres":
+	default:
+		errs = append(errs, errors.New("-failover needs -store postgres"))
+	}
+	if c.faults != nil || len(c.crashes) > 0 {
+		errs = append(errs, errors.New("-failover cannot be given with -faults or -crash"))
+	}
+	if c.failoverAt < 0 || c.failoverAt >= c.duration {
+		errs = append(errs, fmt.Errorf("-failover-at %s: must fall inside the offered duration (0 to %s)", c.failoverAt, c.duration))
+	}
+	if c.failoverAt == 0 {
+		c.failoverAt = c.duration / 3
+	}
+	if c.failover == string(hapg.Async) && c.failoverAt < faults.FailoverCut {
+		errs = append(errs, fmt.Errorf("-failover-at %s: async cuts replication %s before the kill, after the first send", c.failoverAt, faults.FailoverCut))
 	}
 	return errs
 }
@@ -572,8 +611,8 @@ func (l *kindList) Set(v string) error {
 	*l = nil
 	for _, k := range strings.Split(v, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains(faultKinds, k) {
-			return fmt.Errorf("%q: want fault kinds among %s", k, strings.Join(faultKinds, ","))
+		if !slices.Contains(faults.FaultKinds, k) {
+			return fmt.Errorf("%q: want fault kinds among %s", k, strings.Join(faults.FaultKinds, ","))
 		}
 		if !slices.Contains(*l, k) {
 			*l = append(*l, k)

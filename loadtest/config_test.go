@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	relayconfig "github.com/flamenet/relay/internal/config"
+	"github.com/flamenet/relay/loadtest/internal/faults"
 )
 
 func env(m map[string]string) func(string) string {
@@ -186,5 +188,77 @@ func TestRedact(t *testing.T) {
 	got := redact([]string{"-issuer-key", "SECRET", "-pairs", "5", "--issuer-key=SECRET2"})
 	if s := strings.Join(got, " "); strings.Contains(s, "SECRET") || !strings.Contains(s, "-pairs 5") {
 		t.Errorf("redact = %q", got)
+	}
+}
+
+// TestCampaignConfig: -faults brings its own defaults where no flag or
+// variable was given, and refuses what it cannot run with.
+func TestCampaignConfig(t *testing.T) {
+	c, err := parseConfig([]string{"-faults", "0", "-pairs", "40"}, env(map[string]string{"LOAD_RATE": "10"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.faults == nil || *c.faults != 0 || c.store != "postgres" || c.replicas != 3 || c.pairs != 40 || c.rate != 10 || c.wait != 5 ||
+		c.drain != 15*time.Second || c.faultGap != time.Second || !slices.Equal(c.faultKinds, faults.FaultKinds) {
+		t.Errorf("config %+v", c)
+	}
+	c, err = parseConfig([]string{"-pairs", "40"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.faults != nil || c.store != "sqlite" || c.replicas != 1 {
+		t.Errorf("without -faults: %+v, %v", c, err)
+	}
+	c, err = parseConfig([]string{"-faults", "18446744073709551615", "-fault-kinds", "remove,pg-pause,remove"}, env(nil), &bytes.Buffer{})
+	if err != nil || *c.faults != 1<<64-1 || !slices.Equal(c.faultKinds, []string{"remove", "pg-pause"}) {
+		t.Errorf("largest seed, two kinds: %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-faults", "x"}, "seed"},
+		{[]string{"-faults", "-1"}, "seed"},
+		{[]string{"-faults", "1", "-fault-kinds", "pg-kil"}, "fault kinds"},
+		{[]string{"-fault-kinds", "remove"}, "needs -faults"},
+		{[]string{"-faults", "1", "-store", "sqlite"}, "-store postgres"},
+		{[]string{"-faults", "1", "-replicas", "1"}, "-replicas 2"},
+		{[]string{"-faults", "1", "-crash", "5s"}, "-crash"},
+		{[]string{"-faults", "1", "-hostile", "2"}, "-hostile"},
+		{[]string{"-faults", "1", "-pg", "postgres://x@127.0.0.1/y"}, "-pg"},
+		{[]string{"-faults", "1", "-url", "http://127.0.0.1:1", "-issuer-key", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}, "throwaway"},
+		{[]string{"-faults", "1", "-fault-gap", "0"}, "-fault-gap"},
+		{[]string{"-faults", "1", "-duration", "4s"}, "-duration"},
+	} {
+		_, err := parseConfig(tc.args, env(nil), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestFailoverConfig(t *testing.T) {
+	c, err := parseConfig([]string{"-failover", "sync", "-duration", "30s"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.store != "postgres" || c.failoverAt != 10*time.Second {
+		t.Errorf("-failover sync: store %q, at %v; want postgres and a third of the duration", c.store, c.failoverAt)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"mode", []string{"-failover", "maybe"}, "sync or async"},
+		{"sqlite", []string{"-failover", "sync", "-store", "sqlite"}, "-failover needs -store postgres"},
+		{"pg", []string{"-failover", "sync", "-pg", "postgres://x@127.0.0.1/y"}, "-pg cannot be given"},
+		{"crash", []string{"-failover", "sync", "-crash", "5s"}, "cannot be given with -faults or -crash"},
+		{"late", []string{"-failover", "sync", "-duration", "10s", "-failover-at", "10s"}, "inside the offered duration"},
+		{"async too early", []string{"-failover", "async", "-failover-at", "1s"}, "cuts replication"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig(tc.args, env(nil), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

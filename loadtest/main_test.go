@@ -31,6 +31,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flamenet/relay/internal/servicetest"
+	"github.com/flamenet/relay/loadtest/internal/hostile"
+	"github.com/flamenet/relay/loadtest/internal/stack"
 	"github.com/flamenet/relay/loadtest/report"
 )
 
@@ -48,9 +50,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	if root, err := findModuleRoot(ctx, "."); err != nil {
+	if root, err := stack.FindModuleRoot(ctx, "."); err != nil {
 		buildErr = err
-	} else if relayBin, err = buildRelay(ctx, root, dir); err != nil {
+	} else if relayBin, err = stack.BuildRelay(ctx, root, dir); err != nil {
 		buildErr = err
 	} else {
 		loadtestBin = filepath.Join(dir, "loadtest")
@@ -280,16 +282,16 @@ func faultyRelay(t *testing.T, target string, mutate func(envs []json.RawMessage
 
 // bootRelay boots a real relay, with its metrics listener, through the
 // tool's stack code.
-func bootRelay(t *testing.T) *stack {
+func bootRelay(t *testing.T) *stack.Stack {
 	t.Helper()
 	bin := needRelay(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := bootStack(context.Background(), stackParams{bin: bin, store: "sqlite", replicas: 1, wait: 2, metrics: true}, logger)
+	st, err := stack.Boot(context.Background(), stack.Params{Bin: bin, Store: "sqlite", Replicas: 1, Wait: 2, Metrics: true}, logger)
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := st.close(context.Background()); err != nil {
+		if err := st.Close(context.Background()); err != nil {
 			t.Errorf("tear down: %v", err)
 		}
 	})
@@ -303,12 +305,12 @@ func bootRelay(t *testing.T) *stack {
 // incrementing lost) turned this test red, as it should.
 func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
 	st := bootRelay(t)
-	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return envs[1:] })
+	proxy := faultyRelay(t, st.URLs()[0], func(envs []json.RawMessage) []json.RawMessage { return envs[1:] })
 	out := filepath.Join(t.TempDir(), "report.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, loadtestBin, append([]string{"-url", proxy.URL, "-out", out}, shortRun...)...)
-	cmd.Env = append(relayEnv(os.Environ()), "LOAD_ISSUER_PRIVATE_KEY="+base64.StdEncoding.EncodeToString(st.key.Seed()))
+	cmd.Env = append(stack.RelayEnv(os.Environ()), "LOAD_ISSUER_PRIVATE_KEY="+base64.StdEncoding.EncodeToString(st.Key().Seed()))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -329,7 +331,7 @@ func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
 	if !strings.HasPrefix(stdout.String(), "FAIL: ") {
 		t.Errorf("summary = %q, want FAIL", stdout.String())
 	}
-	if rep.Config.Target != proxy.URL || strings.Contains(strings.Join(rep.Command, " "), base64.StdEncoding.EncodeToString(st.key.Seed())) {
+	if rep.Config.Target != proxy.URL || strings.Contains(strings.Join(rep.Command, " "), base64.StdEncoding.EncodeToString(st.Key().Seed())) {
 		t.Errorf("target %q command %q: want the URL and no key", rep.Config.Target, rep.Command)
 	}
 }
@@ -338,8 +340,8 @@ func TestExitsOneWhenRelayDropsAnEnvelope(t *testing.T) {
 // first envelope twice.
 func TestFailsWhenRelayDuplicatesAnEnvelope(t *testing.T) {
 	st := bootRelay(t)
-	proxy := faultyRelay(t, st.urls[0], func(envs []json.RawMessage) []json.RawMessage { return append(envs, envs[0]) })
-	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
+	proxy := faultyRelay(t, st.URLs()[0], func(envs []json.RawMessage) []json.RawMessage { return append(envs, envs[0]) })
+	seed := base64.StdEncoding.EncodeToString(st.Key().Seed())
 	rep, _, err := runTool(t, append([]string{"-url", proxy.URL, "-issuer-key", seed}, shortRun...)...)
 	if !errors.Is(err, errChecksFailed) {
 		t.Errorf("run = %v, want the checks to fail", err)
@@ -417,9 +419,9 @@ func field(line, key string) string {
 // for a relay the tool did not start.
 func TestMetricsURL(t *testing.T) {
 	st := bootRelay(t)
-	seed := base64.StdEncoding.EncodeToString(st.key.Seed())
-	rep, _, err := runTool(t, append([]string{"-url", st.urls[0], "-issuer-key", seed,
-		"-metrics-url", st.relay(0).metrics}, shortRun...)...)
+	seed := base64.StdEncoding.EncodeToString(st.Key().Seed())
+	rep, _, err := runTool(t, append([]string{"-url", st.URLs()[0], "-issuer-key", seed,
+		"-metrics-url", st.Relay(0).Metrics()}, shortRun...)...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
@@ -556,10 +558,10 @@ func TestHostilePairingRun(t *testing.T) {
 		t.Errorf("config kinds %q, slow readers %d", rep.Config.HostileKinds, h.SlowReaders)
 	}
 	pairing := map[string]bool{"register (own household)": true}
-	for _, k := range pairingKinds {
-		pairing[k.name] = true
-		if report.Total(h.Outcomes[k.name]) == 0 {
-			t.Errorf("kind %q never counted", k.name)
+	for _, k := range hostile.KindNames("pairing") {
+		pairing[k] = true
+		if report.Total(h.Outcomes[k]) == 0 {
+			t.Errorf("kind %q never counted", k)
 		}
 	}
 	for kind := range h.Outcomes {
@@ -578,12 +580,12 @@ func TestHostileRun(t *testing.T) {
 	rep, h := hostileRun(t, "-hostile", "4", "-slow-readers", "20", "-relay-memory", "256MiB",
 		"-relay-env", "FN_BODY_TIMEOUT=1s FN_HOUSEHOLD_SEND_BURST=20 FN_HOUSEHOLD_SEND_RATE=10",
 		"-relay-env", "FN_ANSWER_TIMEOUT=1s FN_ANSWER_MIN_RATE=10000000 FN_MAX_ENVELOPE_BYTES=1048576")
-	if h.Connections != 4 || h.Requests < len(hostileKinds) || len(h.Failures) != 0 || h.CloseLimitSeconds != 11 {
+	if h.Connections != 4 || h.Requests < len(hostile.KindNames("all")) || len(h.Failures) != 0 || h.CloseLimitSeconds != 11 {
 		t.Errorf("hostile: %d connections, %d requests, failures %v, close limit %v", h.Connections, h.Requests, h.Failures, h.CloseLimitSeconds)
 	}
-	for _, k := range hostileKinds {
-		if report.Total(h.Outcomes[k.name]) == 0 {
-			t.Errorf("kind %q never counted", k.name)
+	for _, k := range hostile.KindNames("all") {
+		if report.Total(h.Outcomes[k]) == 0 {
+			t.Errorf("kind %q never counted", k)
 		}
 	}
 	for kind, out := range h.Outcomes {
@@ -627,7 +629,7 @@ func TestHostileRun(t *testing.T) {
 	}
 	// The device's answers in flight: two answers of 2 MiB fit its bound,
 	// and are cut; the other polls are refused.
-	slow := h.Outcomes[slowReaderKind]
+	slow := h.Outcomes[hostile.SlowReaderKind]
 	if h.SlowReaders != 20 || h.SlowReaderConnections != 20*h.SlowReaderRounds || h.SlowReaderRounds < 1 || h.SlowReaderLimitSeconds <= 0 ||
 		slow["429 answers_in_flight (device_answer_bytes)"] == 0 || slow["200 cut"]+slow["reset before the status line (cut)"] == 0 {
 		t.Errorf("slow readers: %d a round, %d rounds, %d connections, limit %v s, outcomes %v",
@@ -638,8 +640,8 @@ func TestHostileRun(t *testing.T) {
 		t.Fatal("no memory figures")
 	}
 	want := int64(256 << 20)
-	if m.Enforced == capRlimitAS {
-		want += asAllowance
+	if m.Enforced == stack.CapRlimitAS {
+		want += stack.ASAllowance
 	}
 	if m.LimitBytes != 256<<20 || m.AppliedBytes != want || m.GoMemLimit != "268435456" || m.OOMKilled || m.PeakRSSBytes <= 0 {
 		t.Errorf("memory %+v", m)
@@ -653,16 +655,16 @@ func TestHostileRun(t *testing.T) {
 func TestRelayMemoryCap(t *testing.T) {
 	bin := needRelay(t)
 	const limit = 256 << 20
-	for _, method := range []string{"", capRlimitAS} {
+	for _, method := range []string{"", stack.CapRlimitAS} {
 		t.Run("method="+method, func(t *testing.T) {
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-			st, err := bootStack(context.Background(), stackParams{bin: bin, store: "sqlite", replicas: 1, wait: 2,
-				memory: limit, memoryMethod: method}, logger)
+			st, err := stack.Boot(context.Background(), stack.Params{Bin: bin, Store: "sqlite", Replicas: 1, Wait: 2,
+				Memory: limit, MemoryMethod: method}, logger)
 			if err != nil {
 				t.Fatalf("boot: %v", err)
 			}
-			defer st.close(context.Background())
-			pid := st.relay(0).cmd.Process.Pid
+			defer st.Close(context.Background())
+			pid := st.Relay(0).Pid()
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 			if err != nil {
 				t.Fatal(err)
@@ -670,25 +672,25 @@ func TestRelayMemoryCap(t *testing.T) {
 			if !slices.Contains(strings.Split(string(environ), "\x00"), "GOMEMLIMIT=268435456") {
 				t.Errorf("relay environment lacks GOMEMLIMIT=268435456")
 			}
-			cg := st.slots[0].cap
-			switch cg.method {
-			case capRlimitAS:
+			cg := st.Cap(0)
+			switch cg.Method() {
+			case stack.CapRlimitAS:
 				if method == "" {
-					t.Logf("no memory cgroup on this machine: %s", cg.warning)
+					t.Logf("no memory cgroup on this machine: %s", cg.Warning())
 				}
 				limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !regexp.MustCompile(`Max address space\s+` + strconv.Itoa(limit+asAllowance) + `\s`).Match(limits) {
+				if !regexp.MustCompile(`Max address space\s+` + strconv.Itoa(limit+stack.ASAllowance) + `\s`).Match(limits) {
 					t.Errorf("limits:\n%s", limits)
 				}
-			case capCgroupV1, capCgroupV2:
+			case stack.CapCgroupV1, stack.CapCgroupV2:
 				file := "memory.limit_in_bytes"
-				if cg.method == capCgroupV2 {
+				if cg.Method() == stack.CapCgroupV2 {
 					file = "memory.max"
 				}
-				got, err := os.ReadFile(filepath.Join(cgroupOf(t, pid, cg.method), file))
+				got, err := os.ReadFile(filepath.Join(cgroupOf(t, pid, cg.Method()), file))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -696,14 +698,14 @@ func TestRelayMemoryCap(t *testing.T) {
 					t.Errorf("%s = %s, want %d", file, got, limit)
 				}
 			default:
-				t.Fatalf("method %q", cg.method)
+				t.Fatalf("method %q", cg.Method())
 			}
-			if err := st.close(context.Background()); err != nil {
+			if err := st.Close(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if cg.dir != "" {
-				if _, err := os.Stat(cg.dir); !errors.Is(err, os.ErrNotExist) {
-					t.Errorf("cgroup %s left behind: %v", cg.dir, err)
+			if cg.Dir() != "" {
+				if _, err := os.Stat(cg.Dir()); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup %s left behind: %v", cg.Dir(), err)
 				}
 			}
 		})
@@ -723,10 +725,10 @@ func cgroupOf(t *testing.T, pid int, method string) string {
 		if len(parts) != 3 {
 			continue
 		}
-		if method == capCgroupV1 && slices.Contains(strings.Split(parts[1], ","), "memory") {
+		if method == stack.CapCgroupV1 && slices.Contains(strings.Split(parts[1], ","), "memory") {
 			return "/sys/fs/cgroup/memory" + parts[2]
 		}
-		if method == capCgroupV2 && parts[0] == "0" {
+		if method == stack.CapCgroupV2 && parts[0] == "0" {
 			return "/sys/fs/cgroup" + parts[2]
 		}
 	}
