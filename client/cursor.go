@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/flamenet/relay/internal/atomicfile"
 )
 
 // Position is where a device stands: its cursor, the highest seq it has
@@ -84,48 +85,10 @@ func (f FileCursor) Save(_ context.Context, p Position) error {
 		}
 		line += " " + p.Epoch
 	}
-	if err := writeAtomic(string(f), []byte(line+"\n")); err != nil {
+	if err := atomicfile.Write(string(f), []byte(line+"\n")); err != nil {
 		return fmt.Errorf("client: cursor file: %w", err)
 	}
 	return nil
-}
-
-// writeAtomic replaces path with data: a temporary file beside it,
-// synced, renamed over it, and the directory synced, so that a crash
-// leaves the old contents or the new, never a torn file.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	done = true
-	// The rename is durable once the directory is synced.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // MemoryCursor keeps the position in memory: a process that starts again

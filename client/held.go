@@ -9,6 +9,8 @@ import (
 	"os"
 	"slices"
 	"sync"
+
+	"github.com/flamenet/relay/internal/atomicfile"
 )
 
 // HeldStore keeps the sealed envelopes a Sealer held back because their
@@ -53,7 +55,7 @@ func (f FileHeld) Save(_ context.Context, es []Envelope) error {
 	if err != nil {
 		return fmt.Errorf("client: held file: %w", err)
 	}
-	if err := writeAtomic(string(f), append(b, '\n')); err != nil {
+	if err := atomicfile.Write(string(f), append(b, '\n')); err != nil {
 		return fmt.Errorf("client: held file: %w", err)
 	}
 	return nil
