@@ -339,16 +339,8 @@ func TestListenThroughOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	laptop := newClient(t, r.URL, r.token("h", "laptop"))
-	ctx, cancel := context.WithCancel(context.Background())
+	_, cancel, got, done := listenOn(phone, &client.MemoryCursor{})
 	defer cancel()
-	got := make(chan client.Envelope, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- phone.Listen(ctx, &client.MemoryCursor{}, func(_ context.Context, e client.Envelope) error {
-			got <- e
-			return nil
-		})
-	}()
 	send := func(text string) {
 		if _, err := laptop.Send(context.Background(), client.NewID(), []string{"phone"}, []byte(text)); err != nil {
 			t.Fatal(err)
@@ -506,4 +498,19 @@ func TestTwoListenersDoNotSpin(t *testing.T) {
 	if handled.Load() == 0 {
 		t.Error("no envelope reached either listener")
 	}
+}
+
+// listenOn runs c.Listen with cursors until cancel is called, handing
+// each envelope to got; done gets what Listen returned.
+func listenOn(c *client.Client, cursors client.CursorStore) (ctx context.Context, cancel context.CancelFunc, got chan client.Envelope, done chan error) {
+	ctx, cancel = context.WithCancel(context.Background())
+	got = make(chan client.Envelope, 100)
+	done = make(chan error, 1)
+	go func() {
+		done <- c.Listen(ctx, cursors, func(_ context.Context, e client.Envelope) error {
+			got <- e
+			return nil
+		})
+	}()
+	return ctx, cancel, got, done
 }

@@ -74,16 +74,8 @@ func TestListenResyncsAfterRollback(t *testing.T) {
 	var log stateLog
 	c := newClient(t, r.URL, "t", client.WithWait(2), client.WithStateFunc(log.add))
 	cursors := client.FileCursor(filepath.Join(t.TempDir(), "cursor"))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, got, done := listenOn(c, cursors)
 	defer cancel()
-	got := make(chan client.Envelope, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Listen(ctx, cursors, func(_ context.Context, e client.Envelope) error {
-			got <- e
-			return nil
-		})
-	}()
 	if ids := receive(t, got, done, 5); !slices.Equal(ids, []string{"m1", "m2", "m3", "m4", "m5"}) {
 		t.Fatalf("handed over %v", ids)
 	}
@@ -160,16 +152,8 @@ func TestListenResyncRedelivers(t *testing.T) {
 	cursors := &client.MemoryCursor{}
 	cursors.Save(context.Background(), client.Position{Cursor: 2})
 	c := newClient(t, r.URL, "t", client.WithWait(2))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel, got, done := listenOn(c, cursors)
 	defer cancel()
-	got := make(chan client.Envelope, 10)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Listen(ctx, cursors, func(_ context.Context, e client.Envelope) error {
-			got <- e
-			return nil
-		})
-	}()
 	if ids := receive(t, got, done, 2); !slices.Equal(ids, []string{"m3", "m4"}) {
 		t.Fatalf("handed over %v", ids)
 	}

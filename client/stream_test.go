@@ -48,15 +48,7 @@ func (r *recorded) saw(kind client.StateKind, transport string) bool {
 // listenInto runs c's Listen on a goroutine, handing envelopes to got.
 func listenInto(t *testing.T, c *client.Client, cursors client.CursorStore) (got chan client.Envelope, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	got = make(chan client.Envelope, 100)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Listen(ctx, cursors, func(_ context.Context, e client.Envelope) error {
-			got <- e
-			return nil
-		})
-	}()
+	_, cancel, got, done := listenOn(c, cursors)
 	stopped := false
 	stop = func() error {
 		if stopped {
