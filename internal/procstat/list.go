@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // Proc is one process as its /proc/<pid>/stat line shows it.
@@ -12,9 +14,9 @@ type Proc struct {
 	State     string
 }
 
-// List reads every process's stat line; processes that end meanwhile, or
-// whose line does not parse, are left out.
-func List() []Proc {
+// allProcs returns every process /proc lists now; none when it cannot be
+// read.
+func allProcs() procfs.Procs {
 	fs, err := machine()
 	if err != nil {
 		return nil
@@ -23,6 +25,13 @@ func List() []Proc {
 	if err != nil {
 		return nil
 	}
+	return all
+}
+
+// List reads every process's stat line; processes that end meanwhile, or
+// whose line does not parse, are left out.
+func List() []Proc {
+	all := allProcs()
 	var out []Proc
 	for _, p := range all {
 		if s, err := p.Stat(); err == nil {
@@ -64,14 +73,7 @@ func (c Command) String() string {
 // WithArg lists the processes one of whose arguments holds s. A zombie
 // has no arguments, so every one listed is alive.
 func WithArg(s string) []Command {
-	fs, err := machine()
-	if err != nil {
-		return nil
-	}
-	all, err := fs.AllProcs()
-	if err != nil {
-		return nil
-	}
+	all := allProcs()
 	var out []Command
 	for _, p := range all {
 		args, err := p.CmdLine()
