@@ -55,21 +55,30 @@ func (d *Driver) pollLoop(ctx context.Context, p *pair, first time.Time) {
 	}
 }
 
+// hold begins one poll or stream of p's current life, which it returns
+// with the hold's context; done ends the context. A new registration
+// starts over where it says, and the next life's beginning ends this
+// one's hold, as a client given a new token would stop using the old.
+func (d *Driver) hold(ctx context.Context, p *pair) (l *life, hctx context.Context, done func()) {
+	l = d.current(p)
+	if l.idx != p.polled {
+		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = l.idx, l.cursor, l.epoch, false, false
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	return l, hctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // pollOnce makes one poll, waiting up to waitSecs, with the recipient's
 // latest life and records what it returned. It reports whether the relay
 // has more waiting. With -ack explicit it polls without a cursor and
 // acknowledges what it received with POST /v1/ack.
 func (d *Driver) pollOnce(ctx context.Context, p *pair, waitSecs int) (more bool, err error) {
-	l := d.current(p)
-	if l.idx != p.polled {
-		// A new registration starts over where it says.
-		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = l.idx, l.cursor, l.epoch, false, false
-	}
-	// The next life's beginning ends this one's poll, as a client given a
-	// new token would stop using the old.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(l.ctx, cancel)()
+	l, ctx, done := d.hold(ctx, p)
+	defer done()
 	d.tally.Holding()
 	// With explicit acks the poll leaves the cursor out, so the relay
 	// answers from the cursor it has stored; so does a client that lost
@@ -112,13 +121,8 @@ func (d *Driver) streamLoop(ctx context.Context, p *pair, first time.Time) {
 // It acknowledges lazily (streamAckEvery, streamAckSeqs), or each batch
 // with -ack explicit.
 func (d *Driver) streamOnce(ctx context.Context, p *pair) error {
-	l := d.current(p)
-	if l.idx != p.polled {
-		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = l.idx, l.cursor, l.epoch, false, false
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(l.ctx, cancel)()
+	l, ctx, done := d.hold(ctx, p)
+	defer done()
 	d.tally.Holding()
 	defer d.tally.Released()
 	q := client.StreamQuery{Cursor: p.cursor, OmitCursor: d.cfg.Explicit || p.lostPlace || p.resync}

@@ -140,6 +140,11 @@ func (m *Metrics) RSS(ctx context.Context) (int64, error) {
 
 // Loop scrapes every second until ctx ends, for the peak.
 func (m *Metrics) Loop(ctx context.Context) {
+	everySecond(ctx, func() { _, _, _ = m.scrape(ctx) })
+}
+
+// everySecond calls fn every second until ctx ends.
+func everySecond(ctx context.Context, fn func()) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -147,7 +152,7 @@ func (m *Metrics) Loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_, _, _ = m.scrape(ctx)
+			fn()
 		}
 	}
 }

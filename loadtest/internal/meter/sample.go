@@ -148,20 +148,13 @@ func parseConnectedClients(info string) (int, error) {
 
 // Loop samples every second until ctx ends.
 func (s *Redis) Loop(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if n, err := s.clients(ctx); err == nil {
-				s.mu.Lock()
-				s.samples = append(s.samples, n)
-				s.mu.Unlock()
-			}
+	everySecond(ctx, func() {
+		if n, err := s.clients(ctx); err == nil {
+			s.mu.Lock()
+			s.samples = append(s.samples, n)
+			s.mu.Unlock()
 		}
-	}
+	})
 }
 
 // Summary returns the report's account of the samples.
