@@ -160,17 +160,29 @@ func (f *apnsFake) serve(w http.ResponseWriter, r *http.Request) {
 
 func (f *apnsFake) check(tb testing.TB) {
 	tb.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.problems {
-		tb.Errorf("APNs fake: %s", p)
-	}
+	reportProblems(tb, &f.mu, "APNs", &f.problems)
 }
 
 func (f *apnsFake) hitsFor(device string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.hits[device]
+}
+
+// apnsOnClock returns an APNs provider talking to a fake of its own, on
+// a clock the test moves by setting *clock; both end with the test.
+func apnsOnClock(t *testing.T) (a *apns, fake *apnsFake, clock *time.Time) {
+	key, keyFile := newP8(t)
+	fake = newAPNsFake(t, &key.PublicKey, nil)
+	a, err := newAPNs(apnsConfig(keyFile, fake), DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	now := time.Now()
+	clock = &now
+	a.now = func() time.Time { return *clock }
+	return a, fake, clock
 }
 
 func apnsConfig(keyFile string, f *apnsFake) APNsConfig {
@@ -267,15 +279,7 @@ func TestAPNs(t *testing.T) {
 // The provider token is renewed after 50 minutes, not before, so it is
 // never an hour old and never renewed so often that APNs complains.
 func TestAPNsTokenRenewal(t *testing.T) {
-	key, keyFile := newP8(t)
-	fake := newAPNsFake(t, &key.PublicKey, nil)
-	a, err := newAPNs(apnsConfig(keyFile, fake), DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	clock := time.Now()
-	a.now = func() time.Time { return clock }
+	a, fake, clock := apnsOnClock(t)
 	dev := devToken("ab")
 	ctx := context.Background()
 
@@ -288,7 +292,7 @@ func TestAPNsTokenRenewal(t *testing.T) {
 		{2 * time.Minute, 2}, // 51 minutes after the first
 		{10 * time.Minute, 2},
 	} {
-		clock = clock.Add(step.advance)
+		*clock = clock.Add(step.advance)
 		if err := a.Push(ctx, dev); err != nil {
 			t.Fatalf("Push: %v", err)
 		}
@@ -310,16 +314,8 @@ func TestAPNsTokenRenewal(t *testing.T) {
 // ExpiredProviderToken makes one retry with a fresh token, but only when
 // the token is old enough that APNs allows a new one.
 func TestAPNsExpiredProviderToken(t *testing.T) {
-	key, keyFile := newP8(t)
-	fake := newAPNsFake(t, &key.PublicKey, nil)
-	a, err := newAPNs(apnsConfig(keyFile, fake), DefaultResponseHeaderTimeout, DefaultAttemptTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	start := time.Now()
-	clock := start
-	a.now = func() time.Time { return clock }
+	a, fake, clock := apnsOnClock(t)
+	start := *clock
 	ctx := context.Background()
 	dev := devToken("ab")
 	if err := a.Push(ctx, dev); err != nil {
@@ -330,11 +326,11 @@ func TestAPNsExpiredProviderToken(t *testing.T) {
 	fake.expiredBefore = start.Unix() + 1 // APNs now refuses the first token
 	fake.mu.Unlock()
 
-	clock = start.Add(10 * time.Minute) // too young to renew
+	*clock = start.Add(10 * time.Minute) // too young to renew
 	if err := a.Push(ctx, dev); err == nil || errors.Is(err, ErrGone) {
 		t.Errorf("Push with an expired young token = %v, want a plain failure", err)
 	}
-	clock = start.Add(30 * time.Minute)
+	*clock = start.Add(30 * time.Minute)
 	if err := a.Push(ctx, dev); err != nil {
 		t.Errorf("Push after renewal = %v", err)
 	}

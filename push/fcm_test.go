@@ -171,11 +171,7 @@ func (f *fcmFake) send(w http.ResponseWriter, r *http.Request) {
 
 func (f *fcmFake) check(tb testing.TB) {
 	tb.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.problems {
-		tb.Errorf("FCM fake: %s", p)
-	}
+	reportProblems(tb, &f.mu, "FCM", &f.problems)
 }
 
 func (f *fcmFake) hitsFor(tok string) int {

@@ -276,22 +276,28 @@ var rsaKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return k
 })
 
-func (f *apnsFake) total() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *apnsFake) total() int { return totalHits(&f.mu, f.hits) }
+
+func (f *fcmFake) total() int { return totalHits(&f.mu, f.hits) }
+
+// totalHits returns the pushes a provider fake took, under its lock.
+func totalHits(mu *sync.Mutex, hits map[string]int) int {
+	mu.Lock()
+	defer mu.Unlock()
 	n := 0
-	for _, h := range f.hits {
+	for _, h := range hits {
 		n += h
 	}
 	return n
 }
 
-func (f *fcmFake) total() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, h := range f.hits {
-		n += h
+// reportProblems fails tb with each problem a provider fake found, under
+// its lock.
+func reportProblems(tb testing.TB, mu *sync.Mutex, fake string, problems *[]string) {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range *problems {
+		tb.Errorf("%s fake: %s", fake, p)
 	}
-	return n
 }
