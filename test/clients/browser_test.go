@@ -109,11 +109,7 @@ func TestBrowserCORS(t *testing.T) {
 // runPage serves the page, starts a relay (allowing the page's origin or
 // not), opens the page in Chromium and returns what it reported.
 func runPage(t *testing.T, chromium string, allow bool) pageResult {
-	results := make(chan []byte, 1)
-	mux := pageMux(results)
-	cfg := serveConfig(mux)
-	page := httptest.NewServer(mux)
-	t.Cleanup(page.Close)
+	results, cfg, page := servePage(t)
 
 	env := []string{"FN_HOUSEHOLD_SEND_BURST=2", "FN_HOUSEHOLD_SEND_RATE=0.001"} // the page's third send is a 429
 	if allow {
@@ -139,6 +135,17 @@ func runPage(t *testing.T, chromium string, allow bool) pageResult {
 	}
 	t.Logf("the page reported %s", b)
 	return res
+}
+
+// servePage serves the browser pages (pageMux) and their config
+// (serveConfig) until the test ends; results gets what a page reports.
+func servePage(t *testing.T) (results chan []byte, cfg *atomic.Pointer[[]byte], page *httptest.Server) {
+	results = make(chan []byte, 1)
+	mux := pageMux(results)
+	cfg = serveConfig(mux)
+	page = httptest.NewServer(mux)
+	t.Cleanup(page.Close)
+	return results, cfg, page
 }
 
 // serveConfig answers GET /config.json on mux with what the returned
@@ -247,11 +254,7 @@ func TestBrowserTabsRenew(t *testing.T) {
 	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
 	buildTypeScript(t)
 
-	results := make(chan []byte, 1)
-	mux := pageMux(results)
-	cfg := serveConfig(mux)
-	page := httptest.NewServer(mux)
-	t.Cleanup(page.Close)
+	results, cfg, page := servePage(t)
 	relayURL, key := pairtest.StartRelay(t, pairtest.NewClock(), func(c *relay.Config, key ed25519.PrivateKey) {
 		c.IssuerKey = key
 		c.CORSOrigins = []string{page.URL}
@@ -467,11 +470,7 @@ func TestBrowserStream(t *testing.T) {
 	chromium := need(t, "chromium", "/usr/bin/chromium", "chromium-browser")
 	buildTypeScript(t)
 
-	results := make(chan []byte, 1)
-	mux := pageMux(results)
-	cfg := serveConfig(mux)
-	page := httptest.NewServer(mux)
-	t.Cleanup(page.Close)
+	results, cfg, page := servePage(t)
 	relay := startRelay(t, "FN_CORS_ORIGINS="+page.URL)
 
 	var mu sync.Mutex
