@@ -120,16 +120,19 @@ func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
 }
 
 // Notify wakes k's waiter on this hub, telling the observer nothing: for
-// hubs that build on this one and have told it already.
-func (h *Hub) Notify(k device.Key) { h.notify(k) }
+// hubs that build on this one and have told it already. It reports
+// whether k had a waiter here.
+func (h *Hub) Notify(k device.Key) bool { return h.notify(k) }
 
-func (h *Hub) notify(k device.Key) {
+func (h *Hub) notify(k device.Key) bool {
 	s := h.shard(k)
 	s.mu.Lock()
-	if w := s.waiters[k]; w != nil {
+	w := s.waiters[k]
+	if w != nil {
 		w.notify()
 	}
 	s.mu.Unlock()
+	return w != nil
 }
 
 // NotifyAll wakes every waiter on this hub, so that each re-reads the

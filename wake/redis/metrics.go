@@ -15,6 +15,7 @@ const (
 
 type metrics struct {
 	received      prometheus.Counter
+	unheld        prometheus.Counter
 	rounds        *prometheus.CounterVec
 	publishErrors prometheus.Counter
 	breakerSkips  prometheus.Counter
@@ -29,6 +30,10 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fn_redis_wakeups_received_total",
 			Help: "Device wake-ups received from other relays through Redis (heartbeats and own messages not counted).",
+		}),
+		unheld: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_redis_wakeups_unheld_total",
+			Help: "Device wake-ups received from other relays for devices with no poll or stream held here: what this relay hears and cannot use.",
 		}),
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_redis_fallback_rounds_total",
@@ -48,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 		}),
 	}
 	cs := []prometheus.Collector{
-		m.received, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects,
+		m.received, m.unheld, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_redis_healthy",
 			Help: "1 while Redis wake-ups work (subscribed, own heartbeat back in time, publishes succeeding), else 0.",

@@ -815,7 +815,9 @@ func (h *Hub) handle(s *session, g *group, payload string) {
 			if obs := h.local.Observer(); obs != nil {
 				obs.Advanced(w)
 			}
-			h.local.Notify(w.Key)
+			if !h.local.Notify(w.Key) {
+				h.m.unheld.Inc()
+			}
 			h.m.received.Inc()
 		}
 	case kindRemoval:

@@ -71,6 +71,13 @@ func TestWakesCrossRelays(t *testing.T) {
 	if n := b.counter(t, "fn_redis_wakeups_received_total"); n != 1 {
 		t.Fatalf("B received %v wakes from other relays, want 1", n)
 	}
+	// A holds neither k nor k2: both of B's wakes reached it for nothing.
+	if got, unheld := a.counter(t, "fn_redis_wakeups_received_total"), a.counter(t, "fn_redis_wakeups_unheld_total"); got != 2 || unheld != 2 {
+		t.Fatalf("A received %v wakes, %v of them for devices it does not hold; want 2 and 2", got, unheld)
+	}
+	if n := b.counter(t, "fn_redis_wakeups_unheld_total"); n != 0 {
+		t.Fatalf("B received %v wakes for devices it does not hold, want 0", n)
+	}
 
 	// A removal on A ends B's poll with ErrRemoved, B's observer first.
 	k3 := dev(3)
