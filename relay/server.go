@@ -35,6 +35,7 @@ import (
 	"github.com/flamenet/relay/internal/parking"
 	"github.com/flamenet/relay/internal/ready"
 	"github.com/flamenet/relay/internal/service"
+	"github.com/flamenet/relay/internal/storecalls"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 	"github.com/flamenet/relay/wake"
@@ -217,7 +218,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("relay: metrics: %w", err)
 	}
 	s.metrics = m
-	s.store = countedStore{store: deps.Store, calls: m.storeCalls}
+	s.store = storecalls.Count(deps.Store, m.storeCalls)
 	s.readiness = ready.New(s.store.Ping, s.log)
 	s.memory = memory.New(memory.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,

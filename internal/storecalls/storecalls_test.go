@@ -1,4 +1,4 @@
-package relay
+package storecalls
 
 import (
 	"os"
@@ -31,11 +31,11 @@ func storeOp(method string) string {
 	return b.String()
 }
 
-// TestCountedStoreCountsEveryMethod: countedStore declares every method of
-// store.Store itself, and each call counts once, under its own op. A
+// TestCountsEveryMethod: counted declares every method of store.Store
+// itself, and each call counts once, under its own op. A
 // method promoted from an embedded store would pass calls through
 // uncounted.
-func TestCountedStoreCountsEveryMethod(t *testing.T) {
+func TestCountsEveryMethod(t *testing.T) {
 	methods := reflect.TypeFor[store.Store]()
 	for i := range methods.NumMethod() {
 		name := methods.Method(i).Name
@@ -44,7 +44,7 @@ func TestCountedStoreCountsEveryMethod(t *testing.T) {
 		// No store behind the counter: the call panics when it reaches
 		// the store, after counting. A method promoted from an embedded
 		// store reaches it at once, and counts nothing.
-		m := reflect.ValueOf(countedStore{calls: calls}).MethodByName(name)
+		m := reflect.ValueOf(Count(nil, calls)).MethodByName(name)
 		args := make([]reflect.Value, m.Type().NumIn())
 		for j := range args {
 			args[j] = reflect.Zero(m.Type().In(j))
@@ -54,7 +54,7 @@ func TestCountedStoreCountsEveryMethod(t *testing.T) {
 			m.Call(args)
 		}()
 		if n := testutil.CollectAndCount(calls); n != 1 {
-			t.Errorf("%s counted under %d ops, want 1 (%q): does countedStore declare it?", name, n, op)
+			t.Errorf("%s counted under %d ops, want 1 (%q): does counted declare it?", name, n, op)
 			continue
 		}
 		if got := testutil.ToFloat64(calls.WithLabelValues(op)); got != 1 {
@@ -64,9 +64,9 @@ func TestCountedStoreCountsEveryMethod(t *testing.T) {
 }
 
 // TestStoreOpsDocumented keeps the ops that docs/OPERATIONS.md lists for
-// fn_store_calls_total those that countedStore counts.
+// fn_store_calls_total those that Count counts.
 func TestStoreOpsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../docs/OPERATIONS.md")
+	b, err := os.ReadFile("../../docs/OPERATIONS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
