@@ -312,8 +312,8 @@ func TestLiveDeliveryKnowsTheDevicesLife(t *testing.T) {
 	fresh := a.mint(token.Claims{Household: "home", Device: "phone", IssuedAt: time.Now().Add(time.Second), Expires: time.Now().Add(time.Hour)})
 	a.must("POST", "/v1/register", fresh, nil, http.StatusOK)
 	eventually(t, "b hears of the removal", func() bool {
-		pos, ok := b.srv.memory.Known(device.Key{Household: "home", Device: "phone"})
-		return ok && !pos.Life.IsZero()
+		life, ok := b.srv.memory.KnownLife(device.Key{Household: "home", Device: "phone"})
+		return ok && !life.IsZero()
 	})
 	held := heldPoll(b, fresh, "cursor=0&wait=10")
 	eventually(t, "the poll held", func() bool { return b.srv.HeldPolls() == 1 })

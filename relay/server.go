@@ -222,6 +222,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.readiness = ready.New(s.store.Ping, s.log)
 	s.memory = memory.New(memory.Config{
 		Store: s.store, AckInterval: cfg.AckInterval, StoreTimeout: cfg.StoreTimeout, Logger: s.log, Now: s.now,
+		Hears: s.hub.Hears,
 		OnAcks: func(res store.AckManyResult, err error) {
 			s.metrics.acked.Add(float64(res.Deleted))
 			if err != nil {

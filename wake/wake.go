@@ -57,6 +57,10 @@ type Observer interface {
 	// what was learned; every held poll is woken right after, so that it
 	// reads the store again.
 	Lost()
+	// Forget: news of k may have been missed, because this process did
+	// not listen for it until now. Forget what was learned of k; a read
+	// of the store begun before the call is not kept.
+	Forget(k device.Key)
 }
 
 // Hub connects senders to held polls.
@@ -79,6 +83,11 @@ type Hub interface {
 	Remove(ctx context.Context, k device.Key, at time.Time) error
 	// Held reports whether a poll for the device is held on this process.
 	Held(k device.Key) bool
+	// Hears reports whether every wake for k, sent from any relay, reaches
+	// this process: what it learned of k from wakes is current. A process
+	// that listens only for the devices it holds reads the store for the
+	// rest.
+	Hears(k device.Key) bool
 	// NotifyAll wakes every waiter on this process, telling the observer
 	// nothing, so that each reads its position again: the relay's memory
 	// was dropped (a new epoch of the store).

@@ -393,7 +393,7 @@ func heldPollCap(cfg config.Config, log *slog.Logger) int {
 	}
 	if cfg.RelayReplicas > 1 {
 		// The publish pool and the subscriber connections (one per
-		// master with a Cluster; 16 shards reach at most 16 masters).
+		// master with a Cluster; 16 covers most).
 		b.Reserved += cfg.RedisPoolSize() + wakeredis.DefaultShards
 	}
 	fits := max(b.HeldPolls(limit), 1)

@@ -48,6 +48,10 @@ type Config struct {
 	// Now is the clock a device's implicit registration is dated by; nil:
 	// time.Now.
 	Now func() time.Time
+	// Hears reports whether every wake for a device reaches this process
+	// (wake.Hub.Hears); memory trusts what it learned of a device only
+	// then. Nil: every wake does.
+	Hears func(device.Key) bool
 }
 
 // Memory is what one relay knows of devices. Start it once the hub tells
@@ -55,6 +59,7 @@ type Config struct {
 type Memory struct {
 	store     Store
 	now       func() time.Time
+	hears     func(device.Key) bool
 	positions *position.Cache
 	removals  *removals
 	recent    recent
@@ -75,9 +80,14 @@ func New(cfg Config) *Memory {
 	if now == nil {
 		now = time.Now
 	}
+	hears := cfg.Hears
+	if hears == nil {
+		hears = func(device.Key) bool { return true }
+	}
 	return &Memory{
 		store:     cfg.Store,
 		now:       now,
+		hears:     hears,
 		positions: position.New(0),
 		removals:  newRemovals(cfg.Store, log),
 		acks:      newAcks(cfg.Store, cfg.AckInterval, cfg.StoreTimeout, onAcks),
@@ -133,6 +143,11 @@ func (m *Memory) Lost() {
 	m.removals.lost()
 }
 
+// Forget is the hub's news that k's wakes may have been missed until now:
+// what is known of k's position is read again. Its removals are not
+// forgotten: every relay hears every removal.
+func (m *Memory) Forget(k device.Key) { m.positions.Forget(k) }
+
 // EpochChanged is the store watch's news that the store's epoch is now
 // epoch: its history may have gone back. What is known is read again, the
 // envelopes kept from recent sends are dropped (their seqs may name other
@@ -148,8 +163,13 @@ func (m *Memory) EpochChanged(epoch string) int {
 var _ wake.Observer = (*Memory)(nil)
 
 // Known is what memory knows of k, if it was read from the store since news
-// was last lost.
-func (m *Memory) Known(k device.Key) (position.State, bool) { return m.positions.Get(k) }
+// was last lost and every wake for k reaches this process.
+func (m *Memory) Known(k device.Key) (position.State, bool) {
+	if !m.hears(k) {
+		return position.State{}, false
+	}
+	return m.positions.Get(k)
+}
 
 // KnownLife is k's current life, if memory knows it: what is known of the
 // device, or the list of every removal.

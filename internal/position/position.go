@@ -314,6 +314,15 @@ func (c *Cache) Removed(k device.Key, life device.Life) {
 // is stale, and reads in flight are not kept.
 func (c *Cache) Lost() { c.gen.Add(1) }
 
+// Forget drops what is known of k, so that its next use reads the store:
+// news of it may have been missed. A read begun before is not kept.
+func (c *Cache) Forget(k device.Key) {
+	s := c.shard(k)
+	s.mu.Lock()
+	delete(s.m, k)
+	s.mu.Unlock()
+}
+
 // Len returns the number of devices remembered, stale ones included.
 func (c *Cache) Len() int {
 	n := 0

@@ -178,6 +178,9 @@ func (h *Hub) Held(k device.Key) bool {
 	return ok
 }
 
+// Hears reports true: every wake of a process's only relay is its own.
+func (h *Hub) Hears(device.Key) bool { return true }
+
 // Close ends every registered waiter with wake.ErrClosed and refuses new
 // ones. Waiters stay registered (Held stays true) until their polls Close
 // them. It is safe to call more than once.

@@ -37,29 +37,39 @@ func masters(tb testing.TB, c *servicetest.RedisCluster) map[string]*servicetest
 	return out
 }
 
-// wakeEveryShard sends one wake per shard channel from a to devices held
-// on b and checks that each arrives by the message (b's observer has the
-// head), within d.
-func wakeEveryShard(t *testing.T, a, b *process, head int64, d time.Duration) {
+// wakeEveryMaster sends one wake from a to a device held on b whose
+// channel is on each master, and checks that each arrives by the message
+// (b's observer has the head), within d.
+func wakeEveryMaster(t *testing.T, a, b *process, head int64, d time.Duration) {
 	t.Helper()
-	byShard := map[string]device.Key{}
-	for i := 0; len(byShard) < wredis.DefaultShards; i++ {
+	cc := a.client.(*goredis.ClusterClient)
+	byMaster := map[string]device.Key{}
+	for i := 0; i < 1000 && len(byMaster) < 3; i++ {
 		k := dev(i)
-		if _, ok := byShard[a.hub.Channel(k)]; !ok {
-			byShard[a.hub.Channel(k)] = k
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		node, err := cc.MasterForKey(ctx, a.hub.DeviceChannel(k))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := byMaster[node.Options().Addr]; !ok {
+			byMaster[node.Options().Addr] = k
 		}
 	}
-	for ch, k := range byShard {
+	if len(byMaster) < 3 {
+		t.Fatalf("devices on %d masters, want 3", len(byMaster))
+	}
+	for addr, k := range byMaster {
 		w := subscribe(t, b.hub, k)
 		got := waitAsync(context.Background(), w)
 		if err := a.hub.Signal(context.Background(), wakes(head, k)); err != nil {
-			t.Fatalf("Signal on %s: %v", ch, err)
+			t.Fatalf("Signal to a device on %s: %v", addr, err)
 		}
-		if err := receive(t, got, d, "poll on "+ch); err != nil {
-			t.Fatalf("Wait on %s = %v", ch, err)
+		if err := receive(t, got, d, "poll on "+addr); err != nil {
+			t.Fatalf("Wait on %s = %v", addr, err)
 		}
 		if h := b.obs.head(k); h != head {
-			t.Fatalf("shard %s: observer head %d, want %d (woken by a round, not the message)", ch, h, head)
+			t.Fatalf("master %s: observer head %d, want %d (woken by a round, not the message)", addr, h, head)
 		}
 		w.Close()
 	}
@@ -73,7 +83,7 @@ func TestCluster(t *testing.T) {
 	c := servicetest.StartRedisCluster(t, 3, 0)
 	a := newProcess(t, c.URL(), 2, steady("fn:wake:"))
 	b := newProcess(t, c.URL(), 2, steady("fn:wake:"))
-	wakeEveryShard(t, a, b, 1, 2*time.Second)
+	wakeEveryMaster(t, a, b, 1, 2*time.Second)
 
 	for _, s := range c.Nodes {
 		admin := nodeAdmin(t, s)
@@ -95,16 +105,17 @@ func TestCluster(t *testing.T) {
 	}
 }
 
-// A slot moved between masters: Redis drops the shard channel's
-// subscribers (SUNSUBSCRIBE), the hub subscribes again on the new owner,
-// runs one round for what it may have missed, and wakes travel by message
-// again.
+// A slot moved between masters: Redis drops the subscribers of a held
+// device's channel (SUNSUBSCRIBE), the hub subscribes again on the new
+// owner, runs one round for what it may have missed, and wakes travel by
+// message again.
 func TestClusterSlotMigration(t *testing.T) {
 	c := servicetest.StartRedisCluster(t, 3, 0)
 	a := newProcess(t, c.URL(), 2, steady("fn:wake:"))
 	b := newProcess(t, c.URL(), 2, steady("fn:wake:"))
 	k := dev(1)
-	ch := a.hub.Channel(k)
+	ch := a.hub.DeviceChannel(k)
+	defer subscribe(t, b.hub, k).Close()
 
 	ids := map[string]string{} // addr -> node id
 	for _, s := range c.Nodes {
@@ -144,7 +155,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		for _, s := range c.Nodes {
 			if s.Addr() == dst {
 				out := c.CLI(t, dst, "pubsub", "shardnumsub", ch)
-				return strings.Contains(out, "2") // A's and B's
+				return strings.Contains(out, "1") // B's
 			}
 		}
 		return false
@@ -154,7 +165,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	eventually(t, 10*time.Second, "the moved shard carries wakes", func() bool {
 		return messagePathWorks(a, b, k, 2, 200*time.Millisecond)
 	})
-	wakeEveryShard(t, a, b, 3, 2*time.Second)
+	wakeEveryMaster(t, a, b, 3, 2*time.Second)
 }
 
 // A master killed in a cluster with replicas: its replica takes over (the
@@ -168,7 +179,7 @@ func TestClusterFailover(t *testing.T) {
 	k := dev(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	owner, err := a.client.(*goredis.ClusterClient).MasterForKey(ctx, a.hub.Channel(k))
+	owner, err := a.client.(*goredis.ClusterClient).MasterForKey(ctx, a.hub.DeviceChannel(k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +197,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("a replica took over %v after the kill", time.Since(killed))
 	eventually(t, 20*time.Second, "both hubs healthy", func() bool { return a.hub.Health() == nil && b.hub.Health() == nil })
 	t.Logf("hubs healthy %v after the kill", time.Since(killed))
-	wakeEveryShard(t, a, b, 2, 2*time.Second)
+	wakeEveryMaster(t, a, b, 2, 2*time.Second)
 	if n := b.counter(t, "fn_redis_fallback_rounds_total", "unhealthy"); n < 1 {
 		t.Fatal("no fallback round during the failover")
 	}

@@ -20,6 +20,8 @@ type metrics struct {
 	publishErrors prometheus.Counter
 	breakerSkips  prometheus.Counter
 	reconnects    prometheus.Counter
+	subChanges    *prometheus.CounterVec
+	subCommands   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
@@ -51,9 +53,21 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 			Name: "fn_redis_subscriber_reconnects_total",
 			Help: "Subscriber sessions lost and opened again.",
 		}),
+		subChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_redis_device_subscription_changes_total",
+			Help: "Device channels subscribed to (op=subscribe, again after a reconnect too) and left (op=unsubscribe).",
+		}, []string{"op"}),
+		subCommands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fn_redis_device_subscription_commands_total",
+			Help: "SUBSCRIBE and UNSUBSCRIBE commands (SSUBSCRIBE and SUNSUBSCRIBE on a Cluster) sent for device channels, by op.",
+		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{
-		m.received, m.unheld, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects,
+		m.received, m.unheld, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects, m.subChanges, m.subCommands,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fn_redis_device_subscriptions",
+			Help: "Device channels this relay subscribes to, or is about to: the devices it holds, and those it held less than the linger ago.",
+		}, func() float64 { return float64(h.subs.count.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_redis_healthy",
 			Help: "1 while Redis wake-ups work (subscribed, own heartbeat back in time, publishes succeeding), else 0.",
@@ -77,6 +91,10 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	for _, op := range []string{"subscribe", "unsubscribe"} {
+		m.subChanges.WithLabelValues(op)
+		m.subCommands.WithLabelValues(op)
 	}
 	for _, r := range []string{roundUnhealthy, roundDegraded, roundRecovered, roundResubscribed, roundPeer} {
 		m.rounds.WithLabelValues(r) // show zero before the first round

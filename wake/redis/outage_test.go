@@ -110,6 +110,14 @@ func (s *stream) holdPolls(t *testing.T, h wake.Hub) {
 // message (a round never sets a head) within d. It takes d when it fails.
 func messagePathWorks(a, b *process, k device.Key, head int64, d time.Duration) bool {
 	deadline := time.Now().Add(d)
+	// b listens for what it holds.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	w, err := b.hub.Subscribe(ctx, k)
+	cancel()
+	if err != nil {
+		return false
+	}
+	defer w.Close()
 	sent := a.hub.Signal(context.Background(), wakes(head, k)) == nil
 	for time.Now().Before(deadline) {
 		if sent && b.obs.head(k) >= head {

@@ -1,28 +1,33 @@
 // Package redis is the wake hub for several relay processes sharing one
 // Redis (FN_RELAY_REPLICAS>1).
 //
-// Every relay subscribes at start to a fixed set of shard channels
-// (Config.Shards, 16) on one subscriber connection (one per master with a
-// Cluster, where the channels are shard channels: SSUBSCRIBE and
-// SPUBLISH). A device maps to a shard by a hash of its name. After a
-// commit, Signal wakes the local waiters, then publishes one compact
-// message per shard touched, all in one pipeline, from a small command
-// pool. Each relay hands what it hears to an in-process hub (wake/local),
-// which keeps registration, supersession and drain. A held poll holds no
-// Redis connection: the subscriber connections carry every poll of the
-// process.
+// A relay listens only for the devices it holds: each device's wakes go on
+// a channel of its own, and a relay subscribes to a device's channel while
+// it holds the device's poll or stream, and for Config.Linger after (see
+// subs.go). Every relay also subscribes to a fixed set of fleet channels
+// (Config.Shards, 16), which carry removals, heartbeats and "lost". It
+// does so on one subscriber connection (one per master with a Cluster,
+// where every channel is a shard channel: SSUBSCRIBE and SPUBLISH). After
+// a commit, Signal wakes the local waiters, then publishes one compact
+// message per device, all in one pipeline, from a small command pool. Each
+// relay hands what it hears to an in-process hub (wake/local), which keeps
+// registration, supersession and drain. A held poll holds no Redis
+// connection: the subscriber connections carry every poll of the process.
 //
 // The invariant: a send committed after a poll's first read wakes that
 // poll, wherever the send was accepted. The poll registers locally before
-// its first read, and the hub is returned only once its subscriptions are
-// confirmed, so a message published after the read reaches the waiter.
-// What Redis may drop (while the subscriber reconnects, while Redis is
-// down or paused, a publish that failed) is covered by fallback rounds:
-// the Observer forgets what it learned and every held poll re-reads the
-// store. A hub runs one while it is unhealthy (every FallbackInterval),
-// once when it recovers and once per new subscriber session; a relay that
-// failed to publish says so on the channels once it can ("lost"), and
-// every other relay runs one round for it.
+// its first read, and Subscribe returns only once the device's
+// subscription is confirmed (or wakes the poll again when it is), so a
+// message published after the read reaches the waiter. What Redis may drop
+// (while the subscriber reconnects, while Redis is down or paused, a
+// publish that failed) is covered by fallback rounds: the Observer forgets
+// what it learned and every held poll re-reads the store. A hub runs one
+// while it is unhealthy (every FallbackInterval), once when it recovers
+// and once per new subscriber session; a relay that failed to publish says
+// so on the fleet channels once it can ("lost"), and every other relay
+// runs one round for it. What a relay learned of a device it does not
+// listen for is not trusted (Hears), and forgotten when it starts
+// listening (Observer.Forget).
 //
 // Health is measured, not assumed: the hub publishes a heartbeat to itself
 // every Config.Heartbeat and must hear it back within
@@ -59,6 +64,7 @@ const (
 	DefaultHeartbeatTimeout = time.Second
 	DefaultFallbackInterval = time.Second
 	DefaultPublishTimeout   = 250 * time.Millisecond
+	DefaultLinger           = 30 * time.Second
 )
 
 // Reconnect backoff of the subscriber: short, because while it is away
@@ -75,8 +81,16 @@ type Config struct {
 	// relays of a fleet must use the same Prefix and Shards; fleets that
 	// share a Redis and a database need different Prefixes.
 	Prefix string
-	// Shards is the number of shard channels.
+	// Shards is the number of fleet channels.
 	Shards int
+	// Linger is how long a device's subscription outlives its last held
+	// poll or stream: a device that polls again within it costs Redis
+	// nothing.
+	Linger time.Duration
+	// SubscribeTimeout bounds Subscribe's wait for a new subscription's
+	// confirmation; a poll that stops waiting is woken at the
+	// confirmation. Zero: HeartbeatTimeout.
+	SubscribeTimeout time.Duration
 	// Heartbeat is how often the hub publishes a heartbeat to itself.
 	Heartbeat time.Duration
 	// HeartbeatTimeout is how long after sending it the hub must have
@@ -120,12 +134,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = DefaultPublishTimeout
 	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.SubscribeTimeout == 0 {
+		c.SubscribeTimeout = c.HeartbeatTimeout
+	}
 	switch {
 	case c.Shards < 1 || c.Shards > 1024:
 		return c, fmt.Errorf("wake: redis: Shards %d: want 1 to 1024", c.Shards)
 	case c.Heartbeat < 0 || c.HeartbeatTimeout <= c.Heartbeat:
 		return c, fmt.Errorf("wake: redis: HeartbeatTimeout (%v) must exceed Heartbeat (%v)", c.HeartbeatTimeout, c.Heartbeat)
-	case c.FallbackInterval < 0 || c.PublishTimeout < 0:
+	case c.FallbackInterval < 0 || c.PublishTimeout < 0 || c.Linger < 0 || c.SubscribeTimeout < 0:
 		return c, errors.New("wake: redis: negative interval")
 	}
 	return c, nil
@@ -149,7 +169,12 @@ type Hub struct {
 	log      *slog.Logger
 	m        *metrics
 	id       instanceID
-	channels []string
+	channels []string // the fleet channels
+
+	prefix       string // starts every channel: Config.Prefix and the database
+	devicePrefix string // starts every device channel
+	subs         *subs
+	hooks        hooks
 
 	// epoch is the base of stamp(), the monotonic clock of heartbeats.
 	epoch time.Time
@@ -219,7 +244,10 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 		channels: channelNames(channelPrefix(cfg.Prefix, client), cfg.Shards),
 		epoch:    time.Now(),
 		first:    make(chan error, 1),
+		subs:     newSubs(),
 	}
+	h.prefix = channelPrefix(cfg.Prefix, client)
+	h.devicePrefix = h.prefix + "d:"
 	h.cluster, _ = client.(*goredis.ClusterClient)
 	if _, err := rand.Read(h.id[:]); err != nil {
 		return nil, fmt.Errorf("wake: redis: instance id: %w", err)
@@ -294,18 +322,11 @@ func fatal(err error) bool {
 // stamp returns the hub's monotonic clock in nanoseconds, never 0.
 func (h *Hub) stamp() int64 { return int64(time.Since(h.epoch)) + 1 }
 
-// Channels returns the shard channels, in shard order.
+// Channels returns the fleet channels, in shard order.
 func (h *Hub) Channels() []string { return append([]string(nil), h.channels...) }
 
-// Channel returns the shard channel that carries k's wakes.
+// Channel returns the fleet channel that carries k's removal.
 func (h *Hub) Channel(k device.Key) string { return h.channels[shardOf(k, h.cfg.Shards)] }
-
-// Subscribe registers k's one waiter on this process, superseding an older
-// one here. It does no Redis I/O. After Close it returns nil and
-// wake.ErrClosed.
-func (h *Hub) Subscribe(ctx context.Context, k device.Key) (wake.Waiter, error) {
-	return h.local.Subscribe(ctx, k)
-}
 
 // Held reports whether a poll for k is held on this process.
 func (h *Hub) Held(k device.Key) bool { return h.local.Held(k) }
@@ -314,7 +335,7 @@ func (h *Hub) Held(k device.Key) bool { return h.local.Held(k) }
 func (h *Hub) NotifyAll() { h.local.NotifyAll() }
 
 // Signal tells the observer and wakes the waiters on this process, then
-// publishes one message per shard touched, in one pipeline. The publish is
+// publishes one message per device on its channel, in one pipeline. The publish is
 // not cut short by ctx's cancellation (the envelopes are committed; the
 // sender hanging up must not lose the wake) but is bounded by
 // PublishTimeout, and skipped at once (ErrBreakerOpen) while Redis is known
@@ -325,19 +346,9 @@ func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
 	if len(wakes) == 0 {
 		return nil
 	}
-	bufs := make([][]byte, h.cfg.Shards)
-	for _, w := range wakes {
-		s := shardOf(w.Key, h.cfg.Shards)
-		if bufs[s] == nil {
-			bufs[s] = header(kindWakes, h.id)
-		}
-		bufs[s] = appendWake(bufs[s], w)
-	}
-	out := make([]outbound, 0, len(wakes))
-	for s, b := range bufs {
-		if b != nil {
-			out = append(out, outbound{h.channels[s], b})
-		}
+	out := make([]outbound, len(wakes))
+	for i, w := range wakes {
+		out[i] = outbound{h.DeviceChannel(w.Key), appendWake(header(kindWakes, h.id), w)}
 	}
 	if err := h.publish(ctx, out); err != nil {
 		return fmt.Errorf("wake: redis signal: %w", err)
@@ -575,6 +586,7 @@ func (h *Hub) beat(ctx context.Context) {
 // Sentinel, one per master for a Cluster.
 type session struct {
 	groups []*group
+	byNode map[*goredis.Client]*group // a Cluster's groups by master
 	// confirmedAt is the stamp at which every channel was confirmed (0:
 	// not yet).
 	confirmedAt atomic.Int64
@@ -605,8 +617,8 @@ func (s *session) close() {
 
 type group struct {
 	ps       *goredis.PubSub
-	channels []string
-	pending  map[string]bool // channels not yet confirmed; receiver only
+	channels []string        // fleet channels (a heartbeat channel at least)
+	pending  map[string]bool // channels sent at the start, not yet confirmed; receiver only
 	heard    atomic.Int64
 }
 
@@ -646,8 +658,9 @@ func (h *Hub) subscribeLoop(ctx context.Context) {
 	}
 }
 
-// open starts a session: it sends the subscriptions; run reads their
-// confirmations.
+// open starts a session: it subscribes to the fleet channels and to every
+// device still held; run reads their confirmations, and the session counts
+// as confirmed once all are.
 func (h *Hub) open(ctx context.Context) (*session, error) {
 	s := &session{}
 	if h.cluster == nil {
@@ -658,12 +671,10 @@ func (h *Hub) open(ctx context.Context) (*session, error) {
 			return nil, err
 		}
 	} else {
-		groups, err := h.clusterGroups(ctx)
-		if err != nil {
+		if err := h.clusterGroups(ctx, s); err != nil {
 			return nil, err
 		}
-		s.groups = groups
-		for _, g := range groups {
+		for _, g := range s.groups {
 			// One SSUBSCRIBE per channel: a Cluster refuses one command
 			// whose channels span slots (CROSSSLOT).
 			for _, ch := range g.channels {
@@ -680,34 +691,85 @@ func (h *Hub) open(ctx context.Context) (*session, error) {
 			g.pending[ch] = true
 		}
 	}
+	devices := h.takeSubs(s, true)
+	batches, err := h.batches(ctx, s, devices)
+	if err == nil {
+		for _, b := range batches {
+			for _, ch := range b.chans {
+				b.g.pending[ch] = true
+			}
+		}
+		err = h.sendSubs(ctx, s, devices, true)
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
 	s.left.Store(int32(len(s.groups)))
 	return s, nil
 }
 
-// clusterGroups groups the channels by the master that owns their slot,
-// on a freshly loaded slot map, and opens one PubSub on each master.
-func (h *Hub) clusterGroups(ctx context.Context) ([]*group, error) {
+// clusterGroups opens one PubSub on each master, on a freshly loaded slot
+// map, and gives each the fleet channels whose slot it owns, or a channel
+// of its own for its heartbeats when it owns none.
+func (h *Hub) clusterGroups(ctx context.Context, s *session) error {
 	// ForEachMaster reloads the slot map before it returns; a stale map
 	// would subscribe on a node that no longer owns the slot.
-	if err := h.cluster.ForEachMaster(ctx, func(context.Context, *goredis.Client) error { return nil }); err != nil {
-		return nil, err
+	var mu sync.Mutex
+	s.byNode = map[*goredis.Client]*group{}
+	err := h.cluster.ForEachMaster(ctx, func(_ context.Context, node *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		s.byNode[node] = nil
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	byNode := map[*goredis.Client]*group{}
-	var groups []*group
-	for _, ch := range h.channels {
-		node, err := h.cluster.MasterForKey(ctx, ch)
-		if err != nil {
-			return nil, err
-		}
-		g := byNode[node]
+	add := func(node *goredis.Client, ch string) {
+		g := s.byNode[node]
 		if g == nil {
 			g = &group{ps: node.SSubscribe(ctx)}
-			byNode[node] = g
-			groups = append(groups, g)
+			s.byNode[node] = g
+			s.groups = append(s.groups, g)
 		}
 		g.channels = append(g.channels, ch)
 	}
-	return groups, nil
+	for _, ch := range h.channels {
+		node, err := h.cluster.MasterForKey(ctx, ch)
+		if err != nil {
+			s.close()
+			return err
+		}
+		add(node, ch)
+	}
+	// A master that owns no fleet channel still carries device channels,
+	// and its connection needs a heartbeat: a channel of its own, found
+	// by trying hash tags. A master that owns no slot gets no connection.
+	lacking := 0
+	for _, g := range s.byNode {
+		if g == nil {
+			lacking++
+		}
+	}
+	for i := 0; lacking > 0 && i < 1<<16; i++ {
+		ch := h.prefix + "beat{" + strconv.Itoa(i) + "}"
+		node, err := h.cluster.MasterForKey(ctx, ch)
+		if err != nil {
+			s.close()
+			return err
+		}
+		if g, ok := s.byNode[node]; ok && g == nil {
+			add(node, ch)
+			lacking--
+		}
+	}
+	for node, g := range s.byNode {
+		if g == nil {
+			delete(s.byNode, node)
+		}
+	}
+	return nil
 }
 
 // run reads the session until it fails: a connection error, a dropped
@@ -725,12 +787,24 @@ func (h *Hub) run(ctx context.Context, s *session) error {
 	opened := h.stamp()
 	t := time.NewTicker(h.cfg.Heartbeat)
 	defer t.Stop()
+	sweep := time.NewTicker(max(min(h.cfg.Linger/4, silentFor), time.Millisecond))
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-errc:
 			return err
+		case <-h.subs.want:
+			if err := h.subscribeMore(ctx, s); err != nil {
+				return err
+			}
+			continue
+		case <-sweep.C:
+			if err := h.sweep(ctx, s); err != nil {
+				return err
+			}
+			continue
 		case <-t.C:
 		}
 		switch now := h.stamp(); {
@@ -750,13 +824,17 @@ func (h *Hub) receive(ctx context.Context, s *session, g *group) error {
 		}
 		switch m := msg.(type) {
 		case *goredis.Subscription:
+			k, isDevice := h.deviceOf(m.Channel)
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
+				if isDevice {
+					h.subscribed(s, k)
+				}
 				if !g.pending[m.Channel] {
-					// go-redis subscribed again by itself (it replaces a
-					// connection it finds unusable): messages of the gap
-					// may be lost.
-					if s.confirmedAt.Load() != 0 {
+					if !isDevice && s.confirmedAt.Load() != 0 {
+						// go-redis subscribed again by itself (it replaces
+						// a connection it finds unusable): messages of the
+						// gap may be lost.
 						h.requestRound(roundResubscribed, h.stamp())
 					}
 					continue
@@ -766,7 +844,9 @@ func (h *Hub) receive(ctx context.Context, s *session, g *group) error {
 					h.confirmed(s)
 				}
 			case "unsubscribe", "sunsubscribe":
-				return fmt.Errorf("wake: redis dropped the subscription to %s", m.Channel)
+				if !isDevice || !h.unsubscribed(s, k) {
+					return fmt.Errorf("wake: redis dropped the subscription to %s", m.Channel)
+				}
 			}
 		case *goredis.Message:
 			h.handle(s, g, m.Payload)

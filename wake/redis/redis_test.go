@@ -55,25 +55,32 @@ func TestWakesCrossRelays(t *testing.T) {
 		t.Fatalf("Wait = %v, want nil", err)
 	}
 
-	// B's signal of k2 left B after B heard A's wake of k, and one
-	// subscriber connection hears in Redis's order: once A has heard k2,
-	// it has heard (and skipped) the echo of its own wake of k.
+	// A listens only for what it holds: k2, not k. B's wake of k2 reaches
+	// it; its own wake of k travelled on a channel it does not listen to.
 	k2 := dev(2)
+	w2 := subscribe(t, a.hub, k2)
 	if err := b.hub.Signal(context.Background(), wakes(3, k2)); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
 	eventually(t, 2*time.Second, "A hears B's wake", func() bool { return a.obs.head(k2) == 3 })
-	// A heard k from its own Signal (locally) and from B's; its own echo
-	// would make three.
-	if n := a.obs.calls(k); n != 2 {
-		t.Fatalf("A's observer heard k %d times, want 2 (its own Signal once, B's once)", n)
+	if n := a.obs.calls(k); n != 1 {
+		t.Fatalf("A's observer heard k %d times, want 1 (its own Signal)", n)
 	}
 	if n := b.counter(t, "fn_redis_wakeups_received_total"); n != 1 {
 		t.Fatalf("B received %v wakes from other relays, want 1", n)
 	}
-	// A holds neither k nor k2: both of B's wakes reached it for nothing.
-	if got, unheld := a.counter(t, "fn_redis_wakeups_received_total"), a.counter(t, "fn_redis_wakeups_unheld_total"); got != 2 || unheld != 2 {
-		t.Fatalf("A received %v wakes, %v of them for devices it does not hold; want 2 and 2", got, unheld)
+	if got, unheld := a.counter(t, "fn_redis_wakeups_received_total"), a.counter(t, "fn_redis_wakeups_unheld_total"); got != 1 || unheld != 0 {
+		t.Fatalf("A received %v wakes, %v of them for devices it does not hold; want 1 and 0", got, unheld)
+	}
+	// Its poll gone, A still listens for k2 for the linger, and counts
+	// what it hears as unheld.
+	w2.Close()
+	if err := b.hub.Signal(context.Background(), wakes(4, k2)); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	eventually(t, 2*time.Second, "A hears B's wake while it lingers", func() bool { return a.obs.head(k2) == 4 })
+	if got, unheld := a.counter(t, "fn_redis_wakeups_received_total"), a.counter(t, "fn_redis_wakeups_unheld_total"); got != 2 || unheld != 1 {
+		t.Fatalf("A received %v wakes, %v of them for devices it does not hold; want 2 and 1", got, unheld)
 	}
 	if n := b.counter(t, "fn_redis_wakeups_unheld_total"); n != 0 {
 		t.Fatalf("B received %v wakes for devices it does not hold, want 0", n)
@@ -98,9 +105,9 @@ func TestWakesCrossRelays(t *testing.T) {
 	}
 }
 
-// A Signal with many recipients publishes one message per shard touched,
-// in one pipeline, and every recipient hears its own head.
-func TestSignalOneMessagePerShard(t *testing.T) {
+// A Signal with many recipients publishes one message per device, in one
+// pipeline, and a relay hears the devices it holds and no other.
+func TestSignalOneMessagePerDevice(t *testing.T) {
 	raw, prefix := sharedRedis(t)
 	a := newProcess(t, raw, 4, steady(prefix))
 	b := newProcess(t, raw, 4, steady(prefix))
@@ -108,22 +115,29 @@ func TestSignalOneMessagePerShard(t *testing.T) {
 
 	const n = 64
 	var ws []wake.Wake
-	shards := map[string]bool{}
 	for i := range n {
 		ws = append(ws, wake.Wake{Key: dev(i), Head: int64(100 + i)})
-		shards[a.hub.Channel(dev(i))] = true
-	}
-	if len(shards) < 2 || len(shards) > wredis.DefaultShards {
-		t.Fatalf("%d devices touch %d shards", n, len(shards))
+		if i%2 == 1 {
+			defer subscribe(t, b.hub, dev(i)).Close()
+		}
 	}
 	if err := a.hub.Signal(context.Background(), ws); err != nil {
 		t.Fatalf("Signal: %v", err)
 	}
-	if pipes, pubs := pc.get('V'); pipes != 1 || pubs != len(shards) {
-		t.Fatalf("Signal to %d devices on %d shards: %d pipelines, %d publishes; want 1 and %d", n, len(shards), pipes, pubs, len(shards))
+	if pipes, pubs := pc.get('V'); pipes != 1 || pubs != n {
+		t.Fatalf("Signal to %d devices: %d pipelines, %d publishes; want 1 and %d", n, pipes, pubs, n)
 	}
-	for i := range n {
+	// The last device is held: once B heard it, it heard all it ever will.
+	for i := 1; i < n; i += 2 {
 		eventually(t, 2*time.Second, fmt.Sprint("B hears dev ", i), func() bool { return b.obs.head(dev(i)) == int64(100+i) })
+	}
+	for i := 0; i < n; i += 2 {
+		if h := b.obs.head(dev(i)); h != 0 {
+			t.Errorf("B heard dev %d (head %d), which it does not hold", i, h)
+		}
+	}
+	if got, unheld := b.counter(t, "fn_redis_wakeups_received_total"), b.counter(t, "fn_redis_wakeups_unheld_total"); got != n/2 || unheld != 0 {
+		t.Fatalf("B received %v wakes, %v unheld; want %d and 0", got, unheld, n/2)
 	}
 }
 
