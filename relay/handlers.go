@@ -460,8 +460,8 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 	return to, nil
 }
 
-// afterCommit wakes each recipient's held poll and queues a push for each
-// recipient with a push target and no poll held here. env, when not nil, is
+// afterCommit wakes each recipient's held poll and has the hub push to
+// each recipient with a push target and no poll held on any relay. env, when not nil, is
 // the envelope (all but its seq), which the wakes carry. It runs only after
 // the store committed, and never fails the send: the store is the source of
 // truth and a late wake-up only delays a delivery.
@@ -475,15 +475,11 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 			wakes[i].Envelope = memory.EncodeEnvelope(e)
 		}
 	}
-	// Who holds a poll is read before the wake-up: a poll the wake-up
-	// answers may be gone by the time the signal returns, and its device,
-	// which has the envelope, needs no push.
-	var pushes []push.Job
+	// The hub pushes to each recipient with a push target whose poll no
+	// relay holds.
 	if s.push != nil {
 		for i, d := range ds {
-			if !d.Push.Empty() && !s.hub.Held(wakes[i].Key) {
-				pushes = append(pushes, push.Job{Household: household, Device: d.Device, Target: d.Push})
-			}
+			wakes[i].Push = d.Push
 		}
 	}
 	// The send is committed: its client hanging up now must not stop the
@@ -498,8 +494,12 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
-	for _, j := range pushes {
-		s.push.Enqueue(j)
+}
+
+// Push queues a push to k, whose poll no relay holds: the hub's Pusher.
+func (s *Server) Push(k device.Key, t device.PushTarget) {
+	if s.push != nil {
+		s.push.Enqueue(push.Job{Household: k.Household, Device: k.Device, Target: t})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/push"
 	"github.com/flamenet/relay/store"
 )
@@ -155,5 +156,46 @@ func TestRegisterRefusesPrivateEndpoint(t *testing.T) {
 	r := h.must("POST", "/v1/register", tok, map[string]any{"push": map[string]string{"kind": "apns", "endpoint": strings.Repeat("ab", 32)}}, http.StatusBadRequest)
 	if r.errCode(t) != codeBadRequest || !strings.Contains(string(r.body), "not configured") {
 		t.Fatalf("apns without a provider: %s", r.body)
+	}
+}
+
+// TestPushAcrossRelays: with two relays, a device whose poll is held on one
+// is not pushed for a send on the other; once its poll ended, it is pushed
+// once, by the relay it was held on, not by both.
+func TestPushAcrossRelays(t *testing.T) {
+	fake := newUPFake(t)
+	a, b := replicas(t, servicetest.RedisURL(t), 2)
+	queues := map[string]*push.Queue{}
+	for name, h := range map[string]*harness{"a": a, "b": b} {
+		q, err := push.New(push.Config{AllowPrivate: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close(context.Background()) })
+		h.srv.push = q
+		queues[name] = q
+	}
+	phone := b.token("home", "phone")
+	b.must("POST", "/v1/register", phone, map[string]any{"push": map[string]string{"kind": "unifiedpush", "endpoint": fake.srv.URL + "/phone"}}, http.StatusOK)
+	laptop := a.register("home", "laptop")
+
+	held := heldPoll(b, phone, "wait=30")
+	eventually(t, "phone's poll held on b", func() bool { return b.srv.hub.Held(device.Key{Household: "home", Device: "phone"}) })
+	a.send(laptop, "1", []byte("x"), "phone")
+	if p := <-held; len(p.Envelopes) != 1 {
+		t.Fatalf("held poll = %+v", p)
+	}
+	// a decided before its send was answered, b before it woke the poll.
+	if na, nb := queues["a"].Stats().Attempted, queues["b"].Stats().Attempted; na != 0 || nb != 0 {
+		t.Fatalf("pushes queued for a held device: a %d, b %d; want none", na, nb)
+	}
+
+	// No poll now; b still listens for the phone and pushes it.
+	a.send(laptop, "2", []byte("x"), "phone")
+	if p := <-fake.calls; p != "/phone" {
+		t.Fatalf("push went to %s", p)
+	}
+	if na, nb := queues["a"].Stats().Attempted, queues["b"].Stats().Attempted; na != 0 || nb != 1 {
+		t.Fatalf("pushes queued: a %d, b %d; want 0 and 1", na, nb)
 	}
 }

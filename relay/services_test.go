@@ -57,8 +57,8 @@ func replicas(t *testing.T, url string, pool int) (a, b *harness) {
 // poll's first read and its wait on the other, wakes the poll at once (the
 // poll waits 5 s; a healthy hub runs no fallback round to hide a lost
 // wake). Across replicas the guard is that the hub registers the poll
-// locally at Subscribe, before the first read, and hears the shard
-// channels from before it is returned: with the local registration moved
+// locally at Subscribe, before the first read, and hears the device's
+// channel from before it is returned: with the local registration moved
 // into the first Wait, this went red on its second iteration ("poll
 // answered {Cursor:1 More:false Envelopes:[]} after 5.0s: the wake-up was
 // lost"), which was tried.

@@ -42,6 +42,15 @@ type Wake struct {
 	// the device's poll can hand it over from memory rather than read it
 	// back from the store. Relays attach it only to small envelopes.
 	Envelope []byte
+	// Push is where the device takes a push (empty: nowhere). A hub hands
+	// it to its Pusher when no relay holds the device's poll.
+	Push device.PushTarget
+}
+
+// Pusher sends a content-free push to a device whose poll no relay holds.
+// Its method is called from the hub's goroutines and must not block.
+type Pusher interface {
+	Push(k device.Key, t device.PushTarget)
 }
 
 // Observer learns what a hub hears, before any waiter is woken by it. Its
@@ -73,10 +82,15 @@ type Hub interface {
 	// superseding any older one. The caller must Close the waiter.
 	Subscribe(ctx context.Context, k device.Key) (Waiter, error)
 	// Signal tells every relay each device's new head and wakes its
-	// waiter, wherever it is held. It is called after the store commits;
-	// an error means only that a held poll may notice late (by its own
-	// timeout or fallback), never that data is lost.
+	// waiter, wherever it is held, and has each wake with a Push target
+	// whose device no relay holds pushed, once. It is called after the
+	// store commits; an error means only that a held poll may notice late
+	// (by its own timeout or fallback), never that data is lost.
 	Signal(ctx context.Context, wakes []Wake) error
+	// PushVia sets the Pusher of wakes whose devices no relay holds. The
+	// relay calls it once, before it serves; without one nothing is
+	// pushed.
+	PushVia(p Pusher)
 	// Remove tells every relay that k was removed at the time given and ends its
 	// waiters with ErrRemoved. It is called after the store committed the
 	// removal.

@@ -25,6 +25,7 @@ const shardCount = 64
 type Hub struct {
 	seed   maphash.Seed
 	obs    atomic.Pointer[wake.Observer]
+	pusher atomic.Pointer[wake.Pusher]
 	closed atomic.Bool
 	shards [shardCount]shard
 }
@@ -51,6 +52,17 @@ func New(obs wake.Observer) *Hub {
 
 // Observe sets the observer.
 func (h *Hub) Observe(o wake.Observer) { h.obs.Store(&o) }
+
+// PushVia sets the pusher of wakes whose devices hold no waiter here.
+func (h *Hub) PushVia(p wake.Pusher) { h.pusher.Store(&p) }
+
+// Pusher returns the pusher set, or nil.
+func (h *Hub) Pusher() wake.Pusher {
+	if p := h.pusher.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Observer returns the observer set, or nil.
 func (h *Hub) Observer() wake.Observer { return h.observer() }
@@ -106,15 +118,21 @@ func (h *Hub) SubscribeLocal(k device.Key) (*Waiter, error) {
 }
 
 // Signal tells the observer each device's new head, then wakes the waiter
-// of each device held on this hub. A device with no waiter costs one map
-// lookup. It never fails.
+// of each device held on this hub, and pushes to each device with a push
+// target and no waiter. A device with no waiter costs one map lookup. It
+// never fails.
 func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
 	obs := h.observer()
+	pusher := h.Pusher()
 	for _, w := range wakes {
 		if obs != nil {
 			obs.Advanced(w)
 		}
-		h.notify(w.Key)
+		// Whether it is held is judged as it is woken: a poll the wake
+		// answers may be gone right after, and its device needs no push.
+		if !h.notify(w.Key) && pusher != nil && !w.Push.Empty() {
+			pusher.Push(w.Key, w.Push)
+		}
 	}
 	return nil
 }

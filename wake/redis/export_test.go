@@ -8,3 +8,9 @@ import "github.com/flamenet/relay/device"
 func SetHooks(h *Hub, beforeSubscribe func(), holdWaits func(device.Key)) {
 	h.hooks = hooks{beforeSubscribe: beforeSubscribe, holdWaits: holdWaits}
 }
+
+// PresencePayload is relay from's message that it holds k since the time
+// given (unix nanos).
+func PresencePayload(from [8]byte, k device.Key, since int64) string {
+	return string(appendPresence(header(kindPresence, instanceID(from)), k, since))
+}

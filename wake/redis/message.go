@@ -14,10 +14,14 @@ import (
 // A message on a shard channel is one byte of kind, the sender's instance
 // id, then a body:
 //
-//	'V' wakes:     (household, device, life, head, envelope)...   one or
-//	               more; life is the unix micros of the removal that began
-//	               the device's life (0: never removed); envelope is the
-//	               relay's own encoding, empty for none
+//	'V' wakes:     (household, device, life, head, envelope, push kind,
+//	               push address)...   one or more; life is the unix micros
+//	               of the removal that began the device's life (0: never
+//	               removed); envelope is the relay's own encoding, empty
+//	               for none; the push target is empty unless the sender
+//	               does not hold the device (see Signal)
+//	'P' presence:  household, device, unix nanos: the sender holds the
+//	               device's poll since then (see subs.go)
 //	'R' removal:   household, device, unix nanos
 //	'H' heartbeat: the sender's own clock stamp   (only the sender reads it)
 //	'L' lost:      nothing: "I failed to publish wakes; re-read the store"
@@ -27,8 +31,9 @@ import (
 // know, so a newer relay may add kinds. ('W', wakes without their life,
 // is no longer sent or read.)
 const (
-	kindWakes   = 'V'
-	kindRemoval = 'R'
+	kindWakes    = 'V'
+	kindPresence = 'P'
+	kindRemoval  = 'R'
 	kindBeat    = 'H'
 	kindLost    = 'L'
 )
@@ -62,7 +67,15 @@ func appendWake(b []byte, w wake.Wake) []byte {
 	b = binary.AppendVarint(b, life)
 	b = binary.AppendVarint(b, w.Head)
 	b = binary.AppendUvarint(b, uint64(len(w.Envelope)))
-	return append(b, w.Envelope...)
+	b = append(b, w.Envelope...)
+	b = appendString(b, w.Push.Kind)
+	return appendString(b, w.Push.Address)
+}
+
+func appendPresence(b []byte, k device.Key, since int64) []byte {
+	b = appendString(b, k.Household)
+	b = appendString(b, k.Device)
+	return binary.AppendVarint(b, since)
 }
 
 func appendRemoval(b []byte, k device.Key, at time.Time) []byte {
@@ -141,7 +154,15 @@ func (m *message) nextWake() (wake.Wake, error) {
 	if err != nil {
 		return wake.Wake{}, err
 	}
-	w := wake.Wake{Key: k, Head: head}
+	kind, err := m.nextString()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	addr, err := m.nextString()
+	if err != nil {
+		return wake.Wake{}, err
+	}
+	w := wake.Wake{Key: k, Head: head, Push: device.PushTarget{Kind: kind, Address: addr}}
 	if life != 0 {
 		w.Life = device.LifeAfter(time.UnixMicro(life))
 	}

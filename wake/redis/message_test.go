@@ -15,6 +15,7 @@ func TestMessageRoundTrip(t *testing.T) {
 		{Key: device.Key{Household: "home", Device: "phone"}, Head: 42},
 		{Key: device.Key{Household: "h", Device: strings.Repeat("d", 300)}, Head: 1 << 40, Envelope: []byte("an envelope\x00of any bytes")},
 		{Key: device.Key{Household: "home", Device: "phone"}, Life: device.LifeAfter(time.UnixMicro(1700000000123456)), Head: 1},
+		{Key: device.Key{Household: "home", Device: "tab"}, Head: 2, Push: device.PushTarget{Kind: device.PushWebPush, Address: "https://push.example/x\nkey\nauth"}},
 	}
 	b := header(kindWakes, id)
 	for _, w := range ws {
@@ -26,12 +27,20 @@ func TestMessageRoundTrip(t *testing.T) {
 	}
 	for _, want := range ws {
 		got, err := m.nextWake()
-		if err != nil || got.Key != want.Key || got.Life != want.Life || got.Head != want.Head || string(got.Envelope) != string(want.Envelope) {
+		if err != nil || got.Key != want.Key || got.Life != want.Life || got.Head != want.Head || string(got.Envelope) != string(want.Envelope) || got.Push != want.Push {
 			t.Fatalf("got %+v %v, want %+v", got, err, want)
 		}
 	}
 	if !m.empty() {
 		t.Fatal("bytes left over")
+	}
+
+	m, _ = parse(string(appendPresence(header(kindPresence, id), ws[0].Key, 1700000000123456789)))
+	if k, _ := m.nextKey(); k != ws[0].Key {
+		t.Fatalf("presence: key %v", k)
+	}
+	if ns, err := m.nextInt(); err != nil || ns != 1700000000123456789 || !m.empty() {
+		t.Fatalf("presence: %d %v", ns, err)
 	}
 
 	at := time.Unix(1700000000, 5)

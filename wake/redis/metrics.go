@@ -20,6 +20,7 @@ type metrics struct {
 	publishErrors prometheus.Counter
 	breakerSkips  prometheus.Counter
 	reconnects    prometheus.Counter
+	displaced     prometheus.Counter
 	subChanges    *prometheus.CounterVec
 	subCommands   *prometheus.CounterVec
 }
@@ -53,6 +54,10 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 			Name: "fn_redis_subscriber_reconnects_total",
 			Help: "Subscriber sessions lost and opened again.",
 		}),
+		displaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fn_redis_devices_moved_away_total",
+			Help: "Devices this relay listened for that another relay announced it holds since: this relay's older poll ended as superseded and it left the channel.",
+		}),
 		subChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fn_redis_device_subscription_changes_total",
 			Help: "Device channels subscribed to (op=subscribe, again after a reconnect too) and left (op=unsubscribe).",
@@ -63,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, h *Hub) (*metrics, error) {
 		}, []string{"op"}),
 	}
 	cs := []prometheus.Collector{
-		m.received, m.unheld, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects, m.subChanges, m.subCommands,
+		m.received, m.unheld, m.rounds, m.publishErrors, m.breakerSkips, m.reconnects, m.displaced, m.subChanges, m.subCommands,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fn_redis_device_subscriptions",
 			Help: "Device channels this relay subscribes to, or is about to: the devices it holds, and those it held less than the linger ago.",

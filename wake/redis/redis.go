@@ -174,6 +174,7 @@ type Hub struct {
 	prefix       string // starts every channel: Config.Prefix and the database
 	devicePrefix string // starts every device channel
 	subs         *subs
+	announce     chan presence // presences to publish
 	hooks        hooks
 
 	// epoch is the base of stamp(), the monotonic clock of heartbeats.
@@ -245,6 +246,7 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 		epoch:    time.Now(),
 		first:    make(chan error, 1),
 		subs:     newSubs(),
+		announce: make(chan presence, announceQueue),
 	}
 	h.prefix = channelPrefix(cfg.Prefix, client)
 	h.devicePrefix = h.prefix + "d:"
@@ -267,6 +269,7 @@ func New(ctx context.Context, client goredis.UniversalClient, cfg Config) (*Hub,
 	}
 	h.wg.Go(func() { h.subscribeLoop(h.ctx) })
 	h.wg.Go(func() { h.heartbeatLoop(h.ctx) })
+	h.wg.Go(func() { h.announceLoop(h.ctx) })
 	if down == nil {
 		select {
 		case err := <-h.first:
@@ -342,15 +345,38 @@ func (h *Hub) NotifyAll() { h.local.NotifyAll() }
 // to be failing. An error means only that polls held elsewhere notice by a
 // fallback round.
 func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
-	_ = h.local.Signal(ctx, wakes) // cannot fail
 	if len(wakes) == 0 {
 		return nil
 	}
+	obs := h.local.Observer()
+	held := make([]bool, len(wakes))
 	out := make([]outbound, len(wakes))
 	for i, w := range wakes {
+		if obs != nil {
+			obs.Advanced(w)
+		}
+		// Judged as it is woken: a poll the wake answers may be gone
+		// right after, and its device needs no push.
+		held[i] = h.local.Notify(w.Key)
+		if held[i] {
+			w.Push = device.PushTarget{} // nobody pushes a device held here
+		}
 		out[i] = outbound{h.DeviceChannel(w.Key), appendWake(header(kindWakes, h.id), w)}
 	}
-	if err := h.publish(ctx, out); err != nil {
+	heard, err := h.publish(ctx, out)
+	if p := h.local.Pusher(); p != nil {
+		for i, w := range wakes {
+			// A relay that listens for the device pushes it unless it
+			// holds it; with none listening but this one, it is pushed
+			// here. Counting this relay's own subscription out even
+			// while it may not be in force yet risks two pushes, never
+			// none.
+			if !held[i] && !w.Push.Empty() && (err != nil || heard[i]-h.listens(w.Key) <= 0) {
+				p.Push(w.Key, w.Push)
+			}
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("wake: redis signal: %w", err)
 	}
 	return nil
@@ -361,7 +387,7 @@ func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
 func (h *Hub) Remove(ctx context.Context, k device.Key, at time.Time) error {
 	_ = h.local.Remove(ctx, k, at) // cannot fail
 	b := appendRemoval(header(kindRemoval, h.id), k, at)
-	if err := h.publish(ctx, []outbound{{h.Channel(k), b}}); err != nil {
+	if _, err := h.publish(ctx, []outbound{{h.Channel(k), b}}); err != nil {
 		return fmt.Errorf("wake: redis remove: %w", err)
 	}
 	return nil
@@ -372,38 +398,52 @@ type outbound struct {
 	payload []byte
 }
 
-func (h *Hub) publish(ctx context.Context, out []outbound) error {
+// publish publishes out and returns how many subscribers heard each.
+func (h *Hub) publish(ctx context.Context, out []outbound) ([]int64, error) {
 	// After Close the heartbeat stops and would hold the breaker open;
 	// sends still finishing during shutdown publish regardless.
 	if !h.closed.Load() && h.breakerOpen() {
 		h.owesLost.Store(true)
 		h.m.breakerSkips.Inc()
-		return ErrBreakerOpen
+		return nil, ErrBreakerOpen
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.PublishTimeout)
 	defer cancel()
-	if err := h.pipeline(ctx, out); err != nil {
+	heard, err := h.pipeline(ctx, out)
+	if err != nil {
 		h.publishFailed(err)
-		return err
+		return nil, err
 	}
-	return nil
+	return heard, nil
 }
 
 // pipeline publishes out in one round trip per node: PUBLISH on a single
 // node or Sentinel, SPUBLISH (to the channel's slot owner) on a Cluster.
-func (h *Hub) pipeline(ctx context.Context, out []outbound) error {
+// It returns how many subscribers heard each message.
+func (h *Hub) pipeline(ctx context.Context, out []outbound) ([]int64, error) {
+	cmds := make([]*goredis.IntCmd, len(out))
 	_, err := h.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, o := range out {
+		for i, o := range out {
 			if h.cluster != nil {
-				p.SPublish(ctx, o.channel, o.payload)
+				cmds[i] = p.SPublish(ctx, o.channel, o.payload)
 			} else {
-				p.Publish(ctx, o.channel, o.payload)
+				cmds[i] = p.Publish(ctx, o.channel, o.payload)
 			}
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	heard := make([]int64, len(out))
+	for i, c := range cmds {
+		heard[i] = c.Val()
+	}
+	return heard, nil
 }
+
+// PushVia sets the pusher of wakes whose devices no relay holds.
+func (h *Hub) PushVia(p wake.Pusher) { h.local.PushVia(p) }
 
 // Observe sets the observer of this process's wakes and removals, sent
 // from here or received.
@@ -574,7 +614,7 @@ func (h *Hub) beat(ctx context.Context) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, h.cfg.PublishTimeout)
 	defer cancel()
-	if err := h.pipeline(pctx, out); err != nil {
+	if _, err := h.pipeline(pctx, out); err != nil {
 		if ctx.Err() != nil {
 			return
 		}
@@ -799,6 +839,9 @@ func (h *Hub) run(ctx context.Context, s *session) error {
 			if err := h.subscribeMore(ctx, s); err != nil {
 				return err
 			}
+			if err := h.leaveDisplaced(ctx, s); err != nil {
+				return err
+			}
 			continue
 		case <-sweep.C:
 			if err := h.sweep(ctx, s); err != nil {
@@ -897,9 +940,22 @@ func (h *Hub) handle(s *session, g *group, payload string) {
 			}
 			if !h.local.Notify(w.Key) {
 				h.m.unheld.Inc()
+				if p := h.local.Pusher(); p != nil && !w.Push.Empty() && h.pushes(w.Key) {
+					p.Push(w.Key, w.Push)
+				}
 			}
 			h.m.received.Inc()
 		}
+	case kindPresence:
+		k, err := m.nextKey()
+		if err != nil {
+			return
+		}
+		since, err := m.nextInt()
+		if err != nil {
+			return
+		}
+		h.heldElsewhere(k, since)
 	case kindRemoval:
 		k, err := m.nextKey()
 		if err != nil {

@@ -284,11 +284,19 @@ func TestHeldPollsHoldNoConnection(t *testing.T) {
 	const pool, n = 4, 2000
 	a := newProcess(t, srv.URL(), pool, wredis.Config{})
 	b := newProcess(t, srv.URL(), pool, wredis.Config{})
-	// Warm both publish pools, so that "before" counts what they open.
-	for i := range 20 {
-		_ = a.hub.Signal(context.Background(), wakes(1, dev(10000+i)))
-		_ = b.hub.Signal(context.Background(), wakes(1, dev(10000+i)))
+	// Warm both publish pools, two publishes at a time, so that "before"
+	// counts what they open: the holding hub publishes new devices'
+	// presences beside its heartbeats.
+	var warm sync.WaitGroup
+	for g := range 2 {
+		warm.Go(func() {
+			for i := range 20 {
+				_ = a.hub.Signal(context.Background(), wakes(1, dev(10000+100*g+i)))
+				_ = b.hub.Signal(context.Background(), wakes(1, dev(10000+100*g+i)))
+			}
+		})
 	}
+	warm.Wait()
 	before := connectedClients(t, admin)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -32,6 +32,24 @@ import (
 //
 // Channels are prefix + "d:{tag}household/device", the tag one of
 // tagCount by a hash of the device (the Cluster slot of its channel).
+//
+// Presence: a relay whose subscription to a device is new announces on
+// the device's channel since when it holds the device ('P'). A relay that
+// held the device before ends its poll as superseded, as a newer poll on
+// one relay supersedes an older, and leaves the channel at once rather
+// than after the linger: one poll per device in the fleet, and the
+// device's wakes reach the relay it moved to. A relay whose own poll of
+// the device is the newer (the device came back before the news arrived)
+// announces again. Clocks of relays that differ by more than the moment
+// between two polls of a device on two relays could end the newer.
+//
+// Pushes: a send's relay pushes a device it does not hold only when no
+// other relay listens for it (PUBLISH's count); a relay that listens,
+// does not hold the device and was not displaced from it pushes it when
+// the wake arrives (the wake carries the target). A device is so pushed
+// by one relay, and not while a relay holds it, except in the moment
+// between its first poll on a new relay and the old relay hearing of it
+// (one delivery through Redis).
 
 // tagCount is the number of hash tags of device channels: the most SSUBSCRIBE
 // commands one batch needs on a Cluster.
@@ -59,6 +77,10 @@ type sub struct {
 	again   bool     // held again while leaving: subscribe once it has left
 	late    bool     // a holder stopped waiting for the confirmation: wake it then
 	ready   chan struct{}
+
+	heldAt    int64 // wall clock (unix nanos) of the latest hold: presence
+	announce  bool  // new here: announce presence at the confirmation
+	displaced bool  // another relay holds the device since: leave at once
 }
 
 type subShard struct {
@@ -70,8 +92,11 @@ type subShard struct {
 type subs struct {
 	seed   maphash.Seed
 	shards [64]subShard
-	want   chan struct{} // a sub is wanted: the session sends it
+	want   chan struct{} // a sub is wanted, or one is to leave: the session sends it
 	count  atomic.Int64  // subscriptions, in any state
+
+	leaveMu sync.Mutex
+	leave   []device.Key // displaced and no longer held: leave now
 }
 
 func newSubs() *subs {
@@ -166,15 +191,25 @@ func (h *Hub) hold(ctx context.Context, k device.Key) {
 	sh.mu.Lock()
 	v := sh.m[k]
 	if v == nil {
-		v = &sub{ready: make(chan struct{})}
+		v = &sub{ready: make(chan struct{}), announce: true}
 		sh.m[k] = v
 		h.subs.count.Add(1)
 		h.subs.wanted()
 	} else if v.state == subLeaving {
-		v.again = true
+		v.again, v.announce = true, true
 	}
 	v.holders++
+	v.heldAt = time.Now().UnixNano()
 	cur := h.sess.Load()
+	if v.displaced {
+		// Back from the relay that displaced this one: say so.
+		v.displaced = false
+		if v.state == subConfirmed && v.sess == cur {
+			h.announceLocked(k, v)
+		} else {
+			v.announce = true
+		}
+	}
 	if v.state == subConfirmed && v.sess == cur {
 		sh.mu.Unlock()
 		return
@@ -212,13 +247,149 @@ func (h *Hub) hold(ctx context.Context, k device.Key) {
 func (h *Hub) release(k device.Key) {
 	sh := h.subs.shard(k)
 	sh.mu.Lock()
-	if v := sh.m[k]; v != nil {
+	v := sh.m[k]
+	leave := false
+	if v != nil {
 		v.holders--
 		if v.holders == 0 {
 			v.idleAt = h.stamp()
+			leave = v.displaced
 		}
 	}
 	sh.mu.Unlock()
+	if leave {
+		h.leaveSoon(k)
+	}
+}
+
+// leaveSoon has the session leave k's channel now, not after the linger.
+func (h *Hub) leaveSoon(k device.Key) {
+	h.subs.leaveMu.Lock()
+	h.subs.leave = append(h.subs.leave, k)
+	h.subs.leaveMu.Unlock()
+	h.subs.wanted()
+}
+
+// leaveDisplaced leaves the channels of displaced devices no longer held.
+func (h *Hub) leaveDisplaced(ctx context.Context, s *session) error {
+	h.subs.leaveMu.Lock()
+	keys := h.subs.leave
+	h.subs.leave = nil
+	h.subs.leaveMu.Unlock()
+	var chans []string
+	for _, k := range keys {
+		sh := h.subs.shard(k)
+		sh.mu.Lock()
+		if v := sh.m[k]; v != nil && v.displaced && v.holders == 0 && v.state == subConfirmed && v.sess == s {
+			v.state = subLeaving
+			chans = append(chans, h.DeviceChannel(k))
+		}
+		sh.mu.Unlock()
+	}
+	if len(chans) == 0 {
+		return nil
+	}
+	return h.sendSubs(ctx, s, chans, false)
+}
+
+// listens reports whether this relay's subscription to k may be in force
+// at Redis: sent, confirmed or leaving.
+func (h *Hub) listens(k device.Key) int64 {
+	sh := h.subs.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if v := sh.m[k]; v != nil && v.state != subWanted {
+		return 1
+	}
+	return 0
+}
+
+// pushes reports whether this relay pushes k, which it does not hold, when
+// another relay's wake of it arrives: it listens for k and no other relay
+// took k from it.
+func (h *Hub) pushes(k device.Key) bool {
+	sh := h.subs.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	v := sh.m[k]
+	return v != nil && v.state == subConfirmed && !v.displaced
+}
+
+// presence is a relay's word that it holds a device since a time.
+type presence struct {
+	k     device.Key
+	since int64 // unix nanos
+}
+
+// announceQueue bounds the presences waiting to be published; past it they
+// are dropped, and a displaced poll answers when its wait ends.
+const announceQueue = 4096
+
+// announceLocked queues k's presence; sh.mu is held.
+func (h *Hub) announceLocked(k device.Key, v *sub) {
+	v.announce = false
+	select {
+	case h.announce <- presence{k, v.heldAt}:
+	default:
+	}
+}
+
+// announceLoop publishes queued presences, in one pipeline per batch.
+func (h *Hub) announceLoop(ctx context.Context) {
+	for {
+		var batch []outbound
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-h.announce:
+			batch = append(batch, h.presenceOut(p))
+		}
+		for len(batch) < subCommandMax {
+			select {
+			case p := <-h.announce:
+				batch = append(batch, h.presenceOut(p))
+				continue
+			default:
+			}
+			break
+		}
+		_, _ = h.publish(ctx, batch) // a failure opens the breaker and owes "lost"
+	}
+}
+
+func (h *Hub) presenceOut(p presence) outbound {
+	return outbound{h.DeviceChannel(p.k), appendPresence(header(kindPresence, h.id), p.k, p.since)}
+}
+
+// heldElsewhere: another relay holds k since the time given. A poll held
+// here that began before ends as superseded, and this relay leaves k's
+// channel once none is held; if the device was here after, this relay
+// says so in turn.
+func (h *Hub) heldElsewhere(k device.Key, since int64) {
+	sh := h.subs.shard(k)
+	sh.mu.Lock()
+	v := sh.m[k]
+	if v == nil || v.state != subConfirmed {
+		sh.mu.Unlock()
+		return
+	}
+	if v.heldAt > since {
+		// The device came here after: the other relay holds a poll its
+		// device left, or a message came late.
+		h.announceLocked(k, v)
+		sh.mu.Unlock()
+		return
+	}
+	v.displaced = true
+	held := v.holders > 0
+	sh.mu.Unlock()
+	h.m.displaced.Inc()
+	if held {
+		// Its poll closes its waiter, and the last close leaves.
+		h.local.End(k, wake.ErrSuperseded)
+		return
+	}
+	h.leaveSoon(k)
 }
 
 // Hears reports whether k's subscription is confirmed on the current
@@ -410,6 +581,9 @@ func (h *Hub) subscribed(s *session, k device.Key) {
 	if obs := h.local.Observer(); obs != nil {
 		obs.Forget(k)
 	}
+	if v.announce {
+		h.announceLocked(k, v)
+	}
 	v.state = subConfirmed
 	late := v.late
 	v.late = false
@@ -432,7 +606,7 @@ func (h *Hub) unsubscribed(s *session, k device.Key) bool {
 		return v == nil || v.sess != s
 	}
 	if v.holders > 0 || v.again {
-		v.state, v.again, v.ready = subWanted, false, make(chan struct{})
+		v.state, v.again, v.displaced, v.ready = subWanted, false, false, make(chan struct{})
 		h.subs.wanted()
 		return true
 	}
