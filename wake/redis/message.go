@@ -34,8 +34,8 @@ const (
 	kindWakes    = 'V'
 	kindPresence = 'P'
 	kindRemoval  = 'R'
-	kindBeat    = 'H'
-	kindLost    = 'L'
+	kindBeat     = 'H'
+	kindLost     = 'L'
 )
 
 // idLen is the length of an instance id: 64 random bits, enough that two
