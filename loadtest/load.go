@@ -82,6 +82,9 @@ func conclude(cfg *config, rg *rig, res *check.Result, rep *report.Report, stdou
 	rep.LoadTester = meter.SelfUsage()
 
 	fmt.Fprintln(stdout, rep.Line())
+	for _, l := range rep.WakeLines() {
+		fmt.Fprintln(stdout, l)
+	}
 	for _, f := range rep.Failures {
 		logger.Error("check failed", "failure", f)
 	}

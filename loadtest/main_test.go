@@ -206,7 +206,7 @@ func TestShortRunPostgresReplicas(t *testing.T) {
 	rd := servicetest.RedisURL(t)
 	before := benchDatabases(t, pg)
 	args := append([]string{"-relay-bin", bin, "-store", "postgres", "-pg", pg, "-replicas", "2", "-redis", rd}, shortRun...)
-	rep, _, err := runTool(t, args...)
+	rep, out, err := runTool(t, args...)
 	if err != nil {
 		t.Errorf("run: %v", err)
 	}
@@ -217,6 +217,24 @@ func TestShortRunPostgresReplicas(t *testing.T) {
 	// Two relays' pools on top of whoever else uses the server.
 	if r := rep.Redis; r == nil || r.Samples < 1 || r.ClientsPeak < r.ClientsBefore+2 {
 		t.Errorf("redis connected_clients = %+v, want samples with at least the two relays above the baseline", r)
+	}
+	// Every send crosses relays, so the recipients' relays hear of it
+	// through Redis; each relay's wake-ups follow the summary line.
+	var received, subscribed, held float64
+	for i, w := range rep.Wakes {
+		if w.Relay != i || w.Received == nil || w.Unheld == nil || w.Subscribes == nil || w.SubscribeCommands == nil ||
+			w.SubscriptionsEnd == nil || w.HeldPollsEnd == nil {
+			t.Errorf("relay %d's wakes %+v, want every series of this checkout's relay", i, w)
+			continue
+		}
+		received, subscribed, held = received+*w.Received, subscribed+*w.SubscriptionsEnd, held+*w.HeldPollsEnd
+	}
+	if len(rep.Wakes) != 2 || received < 1 || subscribed < 1 || held < 1 || held > 20 {
+		t.Errorf("%d relays' wakes: received %v, subscribed %v, held %v at the end", len(rep.Wakes), received, subscribed, held)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "ok: ") ||
+		!strings.HasPrefix(lines[1], "relay 0: wakes received=") || !strings.HasPrefix(lines[2], "relay 1: wakes received=") {
+		t.Errorf("stdout = %q, want the summary line and one line per relay", out)
 	}
 	for name := range benchDatabases(t, pg) {
 		if !before[name] {

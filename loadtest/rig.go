@@ -113,8 +113,9 @@ func (rg *rig) boot(ctx context.Context, cfg *config, src string, rep *report.Re
 	st, err := stack.Boot(ctx, stack.Params{
 		Bin: bin, Store: cfg.store, PG: pg, Replicas: cfg.replicas, Redis: redisURL, Wait: cfg.wait,
 		Env: cfg.relayEnv, Memory: cfg.relayMemory,
-		// A herd waits for the relays to say they hold every poll.
-		Metrics: cfg.herd,
+		// A herd waits for the relays to say they hold every poll, and
+		// several relays say what their Redis wake-ups cost them.
+		Metrics: cfg.herd || cfg.replicas > 1,
 	}, logger)
 	if err != nil {
 		return err

@@ -171,6 +171,10 @@ func (p *parts) offer(ctx context.Context) (*check.Result, error) {
 	if !wait.Until(ctx, sched.Start) {
 		return nil, ctx.Err()
 	}
+	// The relays' wake-ups are read at the moments their CPU time is, so
+	// that the two describe one window.
+	wakesStart := p.readWakes(ctx)
+	defer wakesStart()
 	var cpuStart time.Duration
 	if p.rg.meter != nil {
 		var err error
@@ -218,6 +222,7 @@ func (p *parts) offer(ctx context.Context) (*check.Result, error) {
 	if p.rg.meter != nil {
 		res.Relay = p.rg.meter.Read(ctx, cpuStart)
 	}
+	res.Wakes = p.wakesOver(ctx, wakesStart())
 	if h != nil {
 		// Hostile requests still waiting for the relay to close their
 		// connection get until their limit, and no longer.
@@ -262,6 +267,77 @@ func (p *parts) offer(ctx context.Context) (*check.Result, error) {
 		res.Steady = samples.Steady(sched.Start, end)
 	}
 	return res, nil
+}
+
+// wakeURLs returns the metrics URLs of the stack's relays, "" for one that
+// is down; nil unless the tester started several, which wake each other
+// through Redis.
+func (p *parts) wakeURLs() []string {
+	st := p.rg.st
+	if st == nil || st.Replicas() < 2 {
+		return nil
+	}
+	urls := make([]string, st.Replicas())
+	for i := range urls {
+		if r := st.Relay(i); r != nil {
+			urls[i] = r.Metrics()
+		}
+	}
+	return urls
+}
+
+// wakesClient scrapes the relays' wake-up series. No keep-alive: two
+// scrapes need no pool, and none is left behind.
+var wakesClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// readWakes starts reading the relays' wake-up series and returns what
+// waits for the readings, none without several relays. It does not wait
+// itself, so that no send is late for it.
+func (p *parts) readWakes(ctx context.Context) (wait func() []meter.WakeReading) {
+	urls := p.wakeURLs()
+	var readings []meter.WakeReading
+	var wg sync.WaitGroup
+	if urls != nil {
+		wg.Go(func() { readings = meter.ReadWakes(ctx, wakesClient, urls) })
+	}
+	return func() []meter.WakeReading {
+		wg.Wait()
+		return readings
+	}
+}
+
+// wakesOver reads the relays' wake-up series again and returns each
+// relay's since start; nil when neither reading of any relay could be
+// read. What could not be read is absent, and the run goes on.
+func (p *parts) wakesOver(ctx context.Context, start []meter.WakeReading) []report.RelayWakes {
+	if start == nil {
+		return nil
+	}
+	end := p.readWakes(ctx)()
+	var out []report.RelayWakes
+	read := false
+	for i := range min(len(start), len(end)) {
+		for _, r := range []struct {
+			at      string
+			reading meter.WakeReading
+		}{{"start", start[i]}, {"end", end[i]}} {
+			if r.reading.Err != nil {
+				p.logger.Warn("a relay's wake-up metrics cannot be read; they are absent from the report",
+					"relay", i, "at", r.at, "err", r.reading.Err)
+			} else {
+				read = true
+			}
+		}
+		w, restarted := meter.WakesOver(i, start[i], end[i])
+		if restarted {
+			p.logger.Warn("a relay restarted in the window; its wake-up counters are absent from the report", "relay", i)
+		}
+		out = append(out, w)
+	}
+	if !read {
+		return nil
+	}
+	return out
 }
 
 // inflict starts the faults the run asks for, from start, the first

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -117,6 +118,38 @@ type Report struct {
 	Campaign *Campaign `json:"campaign,omitempty"`
 	// Failover is a -failover run's loss of the Postgres primary.
 	Failover *Failover `json:"failover,omitempty"`
+	// Wakes are, with several relays the tester started, each relay's
+	// Redis wake-ups over the window of Relay.CPUSeconds: what the relays
+	// tell each other costs them, and where it is spent.
+	Wakes []RelayWakes `json:"wakes,omitempty"`
+}
+
+// RelayWakes is one relay's Redis wake-ups, read from its metrics at the
+// start and the end of the window of Relay.CPUSeconds: counters are their
+// increase over it, gauges their value at its end. A value is absent,
+// never 0, where the relay does not export the series (an older relay),
+// could not be read, or, for the counters, was restarted in the window.
+type RelayWakes struct {
+	// Relay is the relay's index (0-based).
+	Relay int `json:"relay"`
+	// Received are the wake-ups it heard from other relays; Unheld those
+	// of them for devices with no poll or stream held there, which cost
+	// it without use.
+	Received *float64 `json:"received,omitempty"`
+	Unheld   *float64 `json:"unheld,omitempty"`
+	// Subscribes and Unsubscribes are the device channels it subscribed
+	// to and left, as the devices it holds came and went;
+	// SubscribeCommands and UnsubscribeCommands the commands that did it,
+	// each of which may carry many channels.
+	Subscribes          *float64 `json:"subscribes,omitempty"`
+	Unsubscribes        *float64 `json:"unsubscribes,omitempty"`
+	SubscribeCommands   *float64 `json:"subscribe_commands,omitempty"`
+	UnsubscribeCommands *float64 `json:"unsubscribe_commands,omitempty"`
+	// SubscriptionsEnd is the device channels it subscribed to at the
+	// window's end, HeldPollsEnd the polls it held then: the first should
+	// follow the second, not every device of the run.
+	SubscriptionsEnd *float64 `json:"subscriptions_end,omitempty"`
+	HeldPollsEnd     *float64 `json:"held_polls_end,omitempty"`
 }
 
 // Campaign is a fault campaign: the faults a seed planned and what became
@@ -505,6 +538,32 @@ func (r *Report) Line() string {
 		fmt.Fprintf(&b, " cap=%s (%s) oom_killed=%v", FormatBytes(m.LimitBytes), m.Enforced, m.OOMKilled)
 	}
 	return b.String()
+}
+
+// WakeLines are the human-readable lines of r's Wakes, one per relay,
+// printed after the summary line; none without them. Absent values are
+// left out.
+func (r *Report) WakeLines() []string {
+	var lines []string
+	for _, w := range r.Wakes {
+		var b strings.Builder
+		fmt.Fprintf(&b, "relay %d: wakes", w.Relay)
+		for _, f := range []struct {
+			name string
+			v    *float64
+		}{
+			{"received", w.Received}, {"unheld", w.Unheld}, {"subscriptions", w.SubscriptionsEnd},
+			{"subscribes", w.Subscribes}, {"subscribe_commands", w.SubscribeCommands},
+			{"unsubscribes", w.Unsubscribes}, {"unsubscribe_commands", w.UnsubscribeCommands},
+			{"held_polls", w.HeldPollsEnd},
+		} {
+			if f.v != nil {
+				fmt.Fprintf(&b, " %s=%s", f.name, strconv.FormatFloat(*f.v, 'f', -1, 64))
+			}
+		}
+		lines = append(lines, b.String())
+	}
+	return lines
 }
 
 // Cores is the relay's average CPU use over the measured window.

@@ -135,3 +135,43 @@ func TestPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestWakes: a value a relay did not export stays absent through the JSON,
+// not 0, while a measured 0 stays 0; the lines after the summary leave the
+// absent out, and a report without wakes has none.
+func TestWakes(t *testing.T) {
+	zero, n := 0.0, 1234.0
+	r := &Report{Name: "x", Wakes: []RelayWakes{
+		{Relay: 0, Received: &n, Unheld: &zero, SubscriptionsEnd: &n},
+		{Relay: 1},
+	}}
+	b, err := json.Marshal(r.Wakes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"relay":0,"received":1234,"unheld":0,"subscriptions_end":1234},{"relay":1}]`; string(b) != want {
+		t.Errorf("json %s, want %s", b, want)
+	}
+	p := filepath.Join(t.TempDir(), "r.json")
+	if err := Write(p, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Wakes, r.Wakes) || got.Wakes[1].Received != nil || got.Wakes[0].Subscribes != nil {
+		t.Errorf("round trip: got %+v, want %+v", got.Wakes, r.Wakes)
+	}
+	want := []string{"relay 0: wakes received=1234 unheld=0 subscriptions=1234", "relay 1: wakes"}
+	if l := r.WakeLines(); !reflect.DeepEqual(l, want) {
+		t.Errorf("lines %q, want %q", l, want)
+	}
+	r.Wakes = nil
+	if l := r.WakeLines(); l != nil {
+		t.Errorf("lines without wakes: %q", l)
+	}
+	if b, _ := json.Marshal(r); bytes.Contains(b, []byte(`"wakes"`)) {
+		t.Errorf("a report without wakes has the field: %s", b)
+	}
+}

@@ -45,6 +45,8 @@ type Result struct {
 	Steady               *report.Steady
 	Hostile              *report.Hostile
 	Renewals             *report.Renewals
+	// Wakes are each relay's Redis wake-ups over the window of Relay.
+	Wakes []report.RelayWakes
 	// Filled from the stack, after the relays stopped.
 	Exits  []string
 	Memory *report.Memory
@@ -66,6 +68,7 @@ func (res *Result) Fill(rep *report.Report) {
 	rep.Renewals = res.Renewals
 	rep.Memory = res.Memory
 	rep.Redis = res.Redis
+	rep.Wakes = res.Wakes
 	rep.Redelivered = v.Redelivered
 	rep.CursorAhead, rep.Resyncs = res.CursorAhead, res.Resyncs
 	if len(res.Retried) > 0 {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,56 +124,143 @@ func scrape(ctx context.Context, hc *http.Client, url string, parse func(io.Read
 }
 
 func parseProcessMetrics(r io.Reader) (cpu float64, rss int64, err error) {
-	var haveCPU, haveRSS bool
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "process_cpu_seconds_total":
-			if cpu, err = strconv.ParseFloat(f[1], 64); err != nil {
-				return 0, 0, fmt.Errorf("process_cpu_seconds_total: %w", err)
-			}
-			haveCPU = true
-		case "process_resident_memory_bytes":
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				return 0, 0, fmt.Errorf("process_resident_memory_bytes: %w", err)
-			}
-			rss, haveRSS = int64(v), true
-		}
-	}
-	if err := sc.Err(); err != nil {
+	got, err := readSeries(r, "process_cpu_seconds_total", "process_resident_memory_bytes")
+	if err != nil {
 		return 0, 0, err
 	}
+	cpu, haveCPU := got["process_cpu_seconds_total"]
+	v, haveRSS := got["process_resident_memory_bytes"]
 	if !haveCPU || !haveRSS {
 		return 0, 0, fmt.Errorf("metrics lack process_cpu_seconds_total or process_resident_memory_bytes")
 	}
-	return cpu, rss, nil
+	return cpu, int64(v), nil
 }
 
-// parseGauge reads the value of an unlabelled series from a Prometheus
-// text exposition.
+// parseGauge reads the value of one series from a Prometheus text
+// exposition; one it lacks is an error.
 func parseGauge(r io.Reader, name string) (float64, error) {
+	got, err := readSeries(r, name)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := got[name]
+	if !ok {
+		return 0, fmt.Errorf("no %s in the metrics", name)
+	}
+	return v, nil
+}
+
+// readSeries returns the values of the series in want that a Prometheus
+// text exposition has; those it lacks are absent from the map, not zero,
+// since a relay may be older than a series. A series is named by its
+// metric and labels, as in fn_x_total{op="subscribe"}; the labels' order
+// and spacing need not be the exposition's. A wanted series whose value
+// does not parse is an error; anything else the reader cannot read is
+// skipped, as it cannot be a wanted series.
+func readSeries(r io.Reader, want ...string) (map[string]float64, error) {
+	keys := make(map[string]string, len(want)) // canonical form -> as asked
+	for _, w := range want {
+		k, _, ok := parseSample(w + " 0")
+		if !ok {
+			return nil, fmt.Errorf("series %q cannot be read", w)
+		}
+		keys[k] = w
+	}
+	got := make(map[string]float64, len(want))
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == name {
-			return strconv.ParseFloat(f[1], 64)
+		series, value, ok := parseSample(sc.Text())
+		if !ok {
+			continue
 		}
+		w, wanted := keys[series]
+		if !wanted {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", w, err)
+		}
+		got[w] = v
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return 0, fmt.Errorf("no %s in the metrics", name)
+	return got, nil
+}
+
+// parseSample splits a line of a Prometheus text exposition into its
+// series, with the labels in a fixed order so that two spellings of one
+// series compare equal, and the text of its value. A comment, a blank line
+// and a line it cannot read are not samples.
+func parseSample(line string) (series, value string, ok bool) {
+	line = strings.TrimSpace(line)
+	if line == "" || line[0] == '#' {
+		return "", "", false
+	}
+	i := strings.IndexAny(line, "{ \t")
+	if i <= 0 {
+		return "", "", false
+	}
+	series, rest := line[:i], line[i:]
+	if rest[0] == '{' {
+		labels, after, ok := parseLabels(rest[1:])
+		if !ok {
+			return "", "", false
+		}
+		if len(labels) > 0 {
+			slices.Sort(labels)
+			series += "{" + strings.Join(labels, ",") + "}"
+		}
+		rest = after
+	}
+	// A timestamp may follow the value.
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return "", "", false
+	}
+	return series, f[0], true
+}
+
+// parseLabels reads a sample's labels, from after its opening brace, each
+// as name="value" with the value still escaped as in the exposition, and
+// returns what follows the closing brace.
+func parseLabels(s string) (labels []string, rest string, ok bool) {
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if after, found := strings.CutPrefix(s, "}"); found {
+			return labels, after, true
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return nil, "", false
+		}
+		name := strings.TrimSpace(s[:eq])
+		s = strings.TrimLeft(s[eq+1:], " \t")
+		if !strings.HasPrefix(s, `"`) {
+			return nil, "", false
+		}
+		// The value ends at the first quote not escaped by a backslash.
+		end := 1
+		for end < len(s) && s[end] != '"' {
+			if s[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(s) {
+			return nil, "", false
+		}
+		labels = append(labels, name+"="+s[:end+1])
+		s = strings.TrimLeft(s[end+1:], " \t")
+		switch {
+		case strings.HasPrefix(s, ","):
+			s = s[1:]
+		case !strings.HasPrefix(s, "}"):
+			return nil, "", false
+		}
+	}
 }
 
 // RelaysHeld returns fn_held_polls summed over the relays' metrics.

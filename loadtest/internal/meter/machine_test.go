@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,73 @@ func TestMetricsMeter(t *testing.T) {
 	srv.Close()
 	if _, err := m.CPU(ctx); err == nil {
 		t.Error("scrape of a closed endpoint succeeded")
+	}
+}
+
+// TestReadSeries reads series with and without labels, in whatever order
+// and spacing the exposition gives the labels; a series it lacks is
+// absent, not zero.
+func TestReadSeries(t *testing.T) {
+	text := `# HELP fn_redis_device_subscription_changes_total Device channels.
+# TYPE fn_redis_device_subscription_changes_total counter
+fn_redis_device_subscription_changes_total{op="subscribe"} 5000
+fn_redis_device_subscription_changes_total{op="unsubscribe"} 12
+fn_x_total{ op = "a b\"}" , hub="redis", } 7 1700000000000
+fn_redis_wakeups_received_total 1.234e+03
+fn_held_polls_limit 100
+fn_held_polls 3
+`
+	want := []string{
+		`fn_redis_device_subscription_changes_total{op="subscribe"}`,
+		`fn_redis_device_subscription_changes_total{op="unsubscribe"}`,
+		`fn_x_total{hub="redis",op="a b\"}"}`,
+		"fn_redis_wakeups_received_total",
+		"fn_held_polls",
+		"fn_redis_wakeups_unheld_total",
+		`fn_redis_device_subscription_commands_total{op="subscribe"}`,
+		`fn_redis_device_subscription_changes_total{op="other"}`,
+		"fn_redis_device_subscription_changes_total",
+	}
+	got, err := readSeries(strings.NewReader(text), want...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGot := map[string]float64{
+		want[0]: 5000, want[1]: 12, want[2]: 7, want[3]: 1234, want[4]: 3,
+	}
+	if !reflect.DeepEqual(got, wantGot) {
+		t.Errorf("got %v, want %v", got, wantGot)
+	}
+	if _, err := readSeries(strings.NewReader("fn_held_polls x\n"), "fn_held_polls"); err == nil {
+		t.Error("a wanted series' value that does not parse was accepted")
+	}
+	// Only a wanted series' value must parse.
+	if got, err := readSeries(strings.NewReader("fn_other x\nfn_held_polls 2\n"), "fn_held_polls"); err != nil || got["fn_held_polls"] != 2 {
+		t.Errorf("got %v, %v", got, err)
+	}
+}
+
+func TestParseSample(t *testing.T) {
+	for _, tc := range []struct {
+		line, series, value string
+		ok                  bool
+	}{
+		{"fn_held_polls 3", "fn_held_polls", "3", true},
+		{"  fn_held_polls\t3  ", "fn_held_polls", "3", true},
+		{`fn_c{b="2",a="1"} +Inf`, `fn_c{a="1",b="2"}`, "+Inf", true},
+		{`fn_c{} 1`, "fn_c", "1", true},
+		{`fn_c{a="x\\"} 1`, `fn_c{a="x\\"}`, "1", true},
+		{"# TYPE fn_held_polls gauge", "", "", false},
+		{"", "", "", false},
+		{"fn_held_polls", "", "", false},
+		{`fn_c{a="unterminated} 1`, "", "", false},
+		{`fn_c{a=1} 1`, "", "", false},
+		{`fn_c{a="1" b="2"} 1`, "", "", false},
+		{`{"utf8.name"} 1`, "", "", false},
+	} {
+		series, value, ok := parseSample(tc.line)
+		if series != tc.series || value != tc.value || ok != tc.ok {
+			t.Errorf("parseSample(%q) = %q, %q, %v; want %q, %q, %v", tc.line, series, value, ok, tc.series, tc.value, tc.ok)
+		}
 	}
 }
