@@ -270,11 +270,17 @@ func (p *parts) offer(ctx context.Context) (*check.Result, error) {
 }
 
 // wakeURLs returns the metrics URLs of the stack's relays, "" for one that
-// is down; nil unless the tester started several, which wake each other
-// through Redis.
+// is down, or those -metrics-url names; nil unless there are several
+// relays, which wake each other through Redis.
 func (p *parts) wakeURLs() []string {
 	st := p.rg.st
-	if st == nil || st.Replicas() < 2 {
+	if st == nil {
+		if len(p.cfg.metricsURLs) < 2 {
+			return nil
+		}
+		return p.cfg.metricsURLs
+	}
+	if st.Replicas() < 2 {
 		return nil
 	}
 	urls := make([]string, st.Replicas())
