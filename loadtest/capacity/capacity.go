@@ -54,6 +54,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if sit.fanout, err = loadFanout(fanoutDir(*evidence)); err != nil {
+		return err
+	}
 	old, err := os.ReadFile(*doc)
 	if err != nil {
 		return fmt.Errorf("read page: %w", err)

@@ -33,6 +33,9 @@ func TestPageMatchesEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sit.fanout, err = loadFanout(fanoutDir(filepath.Join(root, "docs", "evidence"))); err != nil {
+		t.Fatal(err)
+	}
 	want, err := splice(old, render(entries, sit))
 	if err != nil {
 		t.Fatal(err)

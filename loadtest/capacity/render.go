@@ -77,6 +77,7 @@ func render(entries []entry, s sitting) []byte {
 		"llllrrrrllrrrl", rows)
 
 	renderSitting(&b, entries, s)
+	renderFanout(&b, s.fanout)
 	renderNew(&b, entries)
 	renderFailover(&b, entries)
 

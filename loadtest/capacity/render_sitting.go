@@ -17,6 +17,8 @@ import (
 type sitting struct {
 	before []entry // the relay of an earlier commit, polls
 	peers  []peer  // Centrifugo (loadtest/centrifugo)
+	// fanout is loadtest/fanout-sitting.sh's, in docs/evidence/fanout.
+	fanout []fanoutRun
 }
 
 // peer is a run of loadtest/centrifugo, as far as the page uses it.
