@@ -56,6 +56,7 @@ type config struct {
 	crashDown    time.Duration // how long a killed relay stays down
 	ackMode      string        // "cursor" or "explicit"
 	stream       bool          // recipients hold streams instead of polls
+	hop          float64       // chance a recipient's next poll or stream goes to another relay
 	hostile      int           // hostile connections beside the load
 	slowReaders  int           // with hostile: connections of one token that never read
 	hostileKinds string        // with hostile: "all" kinds, or "pairing" only
@@ -112,6 +113,7 @@ var envFor = map[string]string{
 	"crash-down":    "LOAD_CRASH_DOWN",
 	"ack":           "LOAD_ACK",
 	"stream":        "LOAD_STREAM",
+	"hop":           "LOAD_HOP",
 	"hostile":       "LOAD_HOSTILE",
 	"slow-readers":  "LOAD_SLOW_READERS",
 	"hostile-kinds": "LOAD_HOSTILE_KINDS",
@@ -128,9 +130,10 @@ var envFor = map[string]string{
 
 // campaignDefaults are what -faults changes of the defaults of flags not
 // given: a few relays on Postgres under a steady, modest load, with polls
-// short enough that every device comes back often.
+// short enough that every device comes back often, and often to another
+// relay, so that faults meet devices on the move.
 var campaignDefaults = map[string]string{
-	"store": "postgres", "replicas": "3", "pairs": "160", "rate": "30", "wait": "5",
+	"store": "postgres", "replicas": "3", "pairs": "160", "rate": "30", "wait": "5", "hop": "0.3",
 }
 
 // secret flags never reach the report.
@@ -175,7 +178,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.IntVar(&c.replicas, "replicas", 1, "relays in the throwaway stack; above 1 they wake each other through Redis")
 	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:6379", "Redis for -replicas above 1")
 	fs.BoolVar(&c.allowRemote, "allow-remote", false, "allow a -url that is not a loopback address")
-	fs.StringVar(&metrics, "metrics-url", "", "relay metrics URL(s), comma-separated, for CPU and memory of a relay this tool did not start")
+	fs.StringVar(&metrics, "metrics-url", "", "relay metrics URL(s), comma-separated, for CPU and memory of a relay this tool did not start (and, with several, each relay's Redis wake-ups)")
 	fs.StringVar(&c.relayBin, "relay-bin", "", "use this relay binary instead of building one")
 	fs.StringVar(&c.relayCommit, "relay-commit", "", "with -relay-bin: the commit it was built from, for the report (default: the checkout's)")
 	fs.StringVar(&c.src, "src", "", "relay checkout to build and to describe in the report (default: the module around the working directory)")
@@ -187,6 +190,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*seconds)(&c.crashDown), "crash-down", "with -crash, how long a killed relay stays down before it is started again, as a supervisor's restart delay would keep it")
 	fs.StringVar(&c.ackMode, "ack", "cursor", "how recipients acknowledge: cursor (each poll carries the last cursor) or explicit (POST /v1/ack, then poll without a cursor)")
 	fs.BoolVar(&c.stream, "stream", false, "recipients hold streams (GET /v1/stream) instead of polls, acknowledging as the relay's own clients do: at an event or ping once a minute has passed since the last ack, at once when 1,000 seqs are unacknowledged, and by the next stream's cursor (with -ack explicit: each batch)")
+	fs.Float64Var(&c.hop, "hop", 0, "with several relays, the chance (0 to 1) that a recipient's next poll or stream goes to another relay, drawn at random, than its last; above 0 each send goes to a relay drawn at random too (at 0 each pair sends on one relay, its recipient polls on another)")
 	fs.IntVar(&c.hostile, "hostile", 0, "hostile connections that flood the relay beside the load for the offered duration")
 	fs.StringVar(&c.hostileKinds, "hostile-kinds", "all", "with -hostile, the kinds of request: all, or pairing (only those against the pairing endpoints, which take no token)")
 	fs.IntVar(&c.renewers, "renewers", 0, "devices paired through the relay's own pairing before the run, each renewing its credentials every 5 s throughout it, from the hostile connections' source addresses: every renewal must succeed (needs a relay that holds the issuer key)")
@@ -194,7 +198,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.Var((*byteSize)(&c.relayMemory), "relay-memory", "cap each throwaway relay's memory (256MiB, 1GiB or bytes): GOMEMLIMIT and a kernel-enforced limit")
 	fs.Var((*envList)(&c.relayEnv), "relay-env", "KEY=VALUE added to each throwaway relay's environment (repeatable; LOAD_RELAY_ENV takes several separated by spaces)")
 	fs.IntVar(&c.sourceAddrs, "source-addrs", 0, "spread the pairs' connections over this many loopback source addresses (127.0.0.1, .2, ...); 0: as many as the ephemeral ports need")
-	fs.Var(seedFlag{&c.faults}, "faults", "run a fault campaign drawn from this seed (0 to 2^64-1): relays, a Postgres and a Redis of the stack's own killed, paused and restarted, recipients removed and registered again, clients crashed, under the load; the same seed and flags replay the same plan. Unless given, -store postgres -replicas 3 -pairs 160 -rate 30 -wait 5")
+	fs.Var(seedFlag{&c.faults}, "faults", "run a fault campaign drawn from this seed (0 to 2^64-1): relays, a Postgres and a Redis of the stack's own killed, paused and restarted, recipients removed and registered again, clients crashed, under the load; the same seed and flags replay the same plan. Unless given, -store postgres -replicas 3 -pairs 160 -rate 30 -wait 5 -hop 0.3")
 	fs.Var((*kindList)(&c.faultKinds), "fault-kinds", "with -faults, the kinds of fault drawn, comma-separated (default every one: "+strings.Join(faults.FaultKinds, ",")+")")
 	c.faultGap = time.Second
 	fs.Var((*seconds)(&c.faultGap), "fault-gap", "with -faults, the mean time between the starts of two faults")
@@ -370,6 +374,12 @@ func (c *config) validate() error {
 		} else if _, err := issuerKey(c.issuerSeed); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	switch {
+	case !(c.hop >= 0 && c.hop <= 1): // NaN too
+		errs = append(errs, fmt.Errorf("-hop %v: want a chance from 0 to 1", c.hop))
+	case c.hop > 0 && c.replicas < 2:
+		errs = append(errs, errors.New("-hop above 0 needs more than one relay to hop between: -replicas 2 or more, or several -url"))
 	}
 	return errors.Join(errs...)
 }

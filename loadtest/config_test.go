@@ -72,6 +72,13 @@ func TestConfigRefusals(t *testing.T) {
 		{"env not a pair", []string{"-relay-env", "FN_X"}, "want KEY=VALUE"},
 		{"hostile", []string{"-hostile", "-1"}, "-hostile"},
 		{"hostile kinds", []string{"-hostile", "1", "-hostile-kinds", "tokens"}, "want all or pairing"},
+		{"hop above 1", []string{"-store", "postgres", "-replicas", "2", "-hop", "1.5"}, "-hop 1.5: want a chance from 0 to 1"},
+		{"hop below 0", []string{"-store", "postgres", "-replicas", "2", "-hop", "-0.1"}, "-hop -0.1: want a chance from 0 to 1"},
+		{"hop NaN", []string{"-store", "postgres", "-replicas", "2", "-hop", "NaN"}, "want a chance from 0 to 1"},
+		{"hop one relay", []string{"-hop", "0.5"}, "-hop above 0 needs more than one relay"},
+		{"hop one url", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed, "-hop", "0.5"}, "-hop above 0 needs more than one relay"},
+		{"hop two urls", []string{"-url", "http://127.0.0.1:1,http://127.0.0.1:2", "-issuer-key", seed, "-hop", "1"}, ""},
+		{"hop replicas", []string{"-store", "postgres", "-replicas", "3", "-hop", "0"}, ""},
 		{"ok", []string{"-url", "http://127.0.0.1:1", "-issuer-key", seed}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,12 +206,33 @@ func TestCampaignConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.faults == nil || *c.faults != 0 || c.store != "postgres" || c.replicas != 3 || c.pairs != 40 || c.rate != 10 || c.wait != 5 ||
-		c.drain != 15*time.Second || c.faultGap != time.Second || !slices.Equal(c.faultKinds, faults.FaultKinds) {
+		c.drain != 15*time.Second || c.faultGap != time.Second || !slices.Equal(c.faultKinds, faults.FaultKinds) || c.hop != 0.3 {
 		t.Errorf("config %+v", c)
 	}
 	c, err = parseConfig([]string{"-pairs", "40"}, env(nil), &bytes.Buffer{})
-	if err != nil || c.faults != nil || c.store != "sqlite" || c.replicas != 1 {
+	if err != nil || c.faults != nil || c.store != "sqlite" || c.replicas != 1 || c.hop != 0 {
 		t.Errorf("without -faults: %+v, %v", c, err)
+	}
+	// -hop given, by flag or variable, wins over the campaign's.
+	c, err = parseConfig([]string{"-faults", "1", "-hop", "0"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.hop != 0 {
+		t.Errorf("-faults 1 -hop 0: hop %v, %v", c.hop, err)
+	}
+	c, err = parseConfig([]string{"-faults", "1"}, env(map[string]string{"LOAD_HOP": "1"}), &bytes.Buffer{})
+	if err != nil || c.hop != 1 {
+		t.Errorf("-faults 1, LOAD_HOP=1: hop %v, %v", c.hop, err)
+	}
+	// The help of -faults lists every default it sets.
+	var help bytes.Buffer
+	if _, err := parseConfig([]string{"-h"}, env(nil), &help); err == nil {
+		t.Fatal("-h: no error")
+	}
+	_, listed, _ := strings.Cut(help.String(), "Unless given, ")
+	listed, _, _ = strings.Cut(listed, "\n")
+	for name, v := range campaignDefaults {
+		if !strings.Contains(" "+listed+" ", " -"+name+" "+v+" ") {
+			t.Errorf("-faults help %q does not list -%s %s", listed, name, v)
+		}
 	}
 	c, err = parseConfig([]string{"-faults", "18446744073709551615", "-fault-kinds", "remove,pg-pause,remove"}, env(nil), &bytes.Buffer{})
 	if err != nil || *c.faults != 1<<64-1 || !slices.Equal(c.faultKinds, []string{"remove", "pg-pause"}) {

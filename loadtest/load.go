@@ -155,6 +155,7 @@ func newReport(ctx context.Context, cfg *config, src string) *report.Report {
 			DrainSeconds:     cfg.drain.Seconds(),
 			AckMode:          cfg.ackMode,
 			Transport:        transportOf(cfg),
+			Hop:              cfg.hop,
 			Hostile:          cfg.hostile,
 			SlowReaders:      slowReadersOf(cfg),
 			HostileKinds:     hostileKindsOf(cfg),

@@ -243,6 +243,40 @@ func TestShortRunPostgresReplicas(t *testing.T) {
 	}
 }
 
+// TestShortRunPostgresHop runs two relays whose recipients' polls hop
+// between them at random, and whose sends go to either: every accepted
+// send must still arrive once and in order, and the relays must have
+// seen devices come and go while the sends ran.
+func TestShortRunPostgresHop(t *testing.T) {
+	bin := needRelay(t)
+	pg := servicetest.PostgresURL(t)
+	rd := servicetest.RedisURL(t)
+	rep, _, err := runTool(t, "-relay-bin", bin, "-store", "postgres", "-pg", pg, "-replicas", "2", "-redis", rd,
+		"-pairs", "50", "-rate", "20", "-duration", "5s", "-hop", "0.5", "-wait", "2", "-drain", "8s")
+	if err != nil || !rep.OK {
+		t.Errorf("run: %v; failures %v", err, rep.Failures)
+	}
+	if rep.Scheduled != 100 || rep.Accepted != rep.Scheduled || rep.Delivered != rep.Accepted {
+		t.Errorf("accepted %d, delivered %d of %d scheduled", rep.Accepted, rep.Delivered, rep.Scheduled)
+	}
+	if rep.Lost+rep.Duplicates+rep.Reordered+rep.Unexpected != 0 || len(rep.Errors) != 0 {
+		t.Errorf("lost %d dup %d reordered %d unexpected %d errors %v", rep.Lost, rep.Duplicates, rep.Reordered, rep.Unexpected, rep.Errors)
+	}
+	// Without hopping every device stays on the relay that subscribed for
+	// it before the sends, and neither relay subscribes or leaves in the
+	// window.
+	var came, went float64
+	for _, w := range rep.Wakes {
+		if w.Subscribes == nil || w.Unsubscribes == nil {
+			t.Fatalf("relay %d's wakes %+v, want subscribes and unsubscribes", w.Relay, w)
+		}
+		came, went = came+*w.Subscribes, went+*w.Unsubscribes
+	}
+	if len(rep.Wakes) != 2 || came < 1 || went < 1 {
+		t.Errorf("%d relays' wakes: %v subscribes, %v unsubscribes in the window; want devices moving between the relays", len(rep.Wakes), came, went)
+	}
+}
+
 // faultyRelay is a reverse proxy in front of a real relay that changes
 // one non-empty poll answer with mutate.
 func faultyRelay(t *testing.T, target string, mutate func(envs []json.RawMessage) []json.RawMessage) *httptest.Server {

@@ -61,6 +61,7 @@ func wire(cfg *config, rg *rig, rep *report.Report, logger *slog.Logger) (*parts
 		Expires:     time.Now().Add(time.Duration(cfg.wait)*time.Second + cfg.duration + cfg.drain + time.Hour),
 		Seed:        cfg.faults,
 		Removals:    removals,
+		Hop:         cfg.hop,
 	}, p.tally)
 	if err != nil {
 		return nil, err

@@ -351,7 +351,10 @@ type Config struct {
 	// all acknowledged by cursor.
 	AckMode string `json:"ack_mode,omitempty"`
 	// Transport is "stream" when recipients held streams; absent, polls.
-	Transport      string    `json:"transport,omitempty"`
+	Transport string `json:"transport,omitempty"`
+	// Hop is the chance that a recipient's next poll or stream goes to
+	// another relay than its last (-hop); absent, none.
+	Hop            float64   `json:"hop,omitempty"`
 	CrashAtSeconds []float64 `json:"crash_at_seconds,omitempty"`
 	// CrashReplica is the replica -crash killed, "all" for every one.
 	CrashReplica string `json:"crash_replica,omitempty"`

@@ -49,6 +49,10 @@ type Config struct {
 	// Removals judge what the relays accept of a life a removal may have
 	// ended; nil without a campaign.
 	Removals Removals
+	// Hop is the chance (0 to 1) that a recipient's next poll or stream
+	// goes to another relay, drawn at random, than its last (-hop); above
+	// 0 each send, too, goes to a relay drawn at random.
+	Hop float64
 }
 
 // Removals judge a request of a recipient's life that the relay accepted,
@@ -60,8 +64,13 @@ type Removals interface {
 }
 
 // seedOrder is the stream of a campaign's seed that draws the order of
-// the sends, apart from the plan's.
-const seedOrder = 0x6f726472 // "ordr"
+// the sends, apart from the plan's; seedHops and seedSends draw the
+// relays of the recipients' holds and of the sends when they hop.
+const (
+	seedOrder = 0x6f726472 // "ordr"
+	seedHops  = 0x686f7073 // "hops"
+	seedSends = 0x73656e64 // "send"
+)
 
 // Driver offers one run's load.
 type Driver struct {
@@ -85,11 +94,13 @@ type pair struct {
 	sender    string
 	recipient string
 	senderTok string
-	// sendClient speaks as the sender to relay sendRelay (its index among
-	// the targets); the recipient's lives poll relay pollRelay.
-	sendClient *client.Client
-	sendRelay  int
-	pollRelay  int
+	// sendClients speak as the sender, one to each relay (by its index
+	// among the targets). Without hopping every send goes to sendRelay.
+	sendClients []*client.Client
+	sendRelay   int
+	// home is the relay the recipient polls first, and every time
+	// without hopping.
+	home int
 
 	// lives are the recipient's registrations, as its client knows them,
 	// oldest first: a campaign's removal ends one, and a registration
@@ -114,23 +125,34 @@ type pair struct {
 	// next poll leaves both out; resyncs counts those 409s.
 	resync  bool
 	resyncs int
+	// pollRelay is the relay of the recipient's latest poll or stream,
+	// where that hold's every request goes (its acks too); hops draws
+	// the next.
+	pollRelay int
+	hops      *mrand.Rand
 }
 
 // life is how the recipient's client speaks in one of its lives.
 type life struct {
-	idx    int // among the recipient's lives
-	token  string
-	client *client.Client
-	cursor int64  // where its registration put the cursor
-	epoch  string // and in which store epoch
+	idx   int // among the recipient's lives
+	token string
+	// clients speak with token, one to each relay, made as the recipient
+	// first holds there; only the recipient's goroutine touches them
+	// once the life has begun.
+	clients []*client.Client
+	cursor  int64  // where its registration put the cursor
+	epoch   string // and in which store epoch
 	// ctx ends when the next life begins, and with it the old token's
 	// polls.
 	ctx context.Context
 	end context.CancelFunc
 }
 
-func newLife(idx int, token string, c *client.Client) *life {
-	l := &life{idx: idx, token: token, client: c}
+// newLife returns life idx of a recipient on n relays, with c speaking
+// to relay home.
+func newLife(idx int, token string, n, home int, c *client.Client) *life {
+	l := &life{idx: idx, token: token, clients: make([]*client.Client, n)}
+	l.clients[home] = c
 	l.ctx, l.end = context.WithCancel(context.Background())
 	return l
 }
@@ -175,23 +197,33 @@ func New(cfg Config, t *tally.Tally) (*Driver, error) {
 			idx:       k,
 			sender:    "s" + strconv.Itoa(k),
 			recipient: "r" + strconv.Itoa(k),
-			// With several relays the sender sits on another relay than
-			// its recipient, so every wake-up crosses replicas.
+			// With several relays and no hopping the sender sits on
+			// another relay than its recipient, so every wake-up crosses
+			// replicas.
+			home:      k % n,
 			pollRelay: k % n,
 			sendRelay: (k + 1) % n,
+			hops:      mrand.New(hopSource(cfg.Seed, uint64(k))),
 		}
 		p.household = households + strconv.Itoa(k)
 		p.senderTok = d.Mint(p.household, p.sender, token.ScopeDevice, time.Now())
-		var err error
-		if p.sendClient, err = client.New(cfg.Targets[p.sendRelay], p.senderTok, d.opts...); err != nil {
-			return nil, err
+		p.sendClients = make([]*client.Client, n)
+		for i := range n {
+			// Without hopping the pair's own relay is all it sends to.
+			if i != p.sendRelay && cfg.Hop <= 0 {
+				continue
+			}
+			var err error
+			if p.sendClients[i], err = client.New(cfg.Targets[i], p.senderTok, d.opts...); err != nil {
+				return nil, err
+			}
 		}
 		tok := d.Mint(p.household, p.recipient, token.ScopeDevice, time.Now())
-		c, err := client.New(cfg.Targets[p.pollRelay], tok, d.opts...)
+		c, err := client.New(cfg.Targets[p.home], tok, d.opts...)
 		if err != nil {
 			return nil, err
 		}
-		p.lives = []*life{newLife(0, tok, c)}
+		p.lives = []*life{newLife(0, tok, n, p.home, c)}
 		p.nextLife = make(chan struct{})
 		t.AddPair(p.sender, p.recipient)
 		d.pairs = append(d.pairs, p)
@@ -210,6 +242,58 @@ func New(cfg Config, t *tally.Tally) (*Driver, error) {
 
 // PairOf returns the pair send i goes from.
 func (d *Driver) PairOf(i int) int { return d.order[i%len(d.order)] }
+
+// hopSource is what draws pair k's hops: from a campaign's seed, so that
+// a replay draws the same relays in the same order, or at random.
+func hopSource(seed *uint64, k uint64) mrand.Source {
+	if seed != nil {
+		return mrand.NewPCG(*seed^seedHops, k)
+	}
+	return mrand.NewPCG(mrand.Uint64(), k)
+}
+
+// nextRelay returns the relay of a recipient's next hold, which last held
+// on relay cur of n: with chance hop another, drawn by rng, else cur.
+func nextRelay(rng *mrand.Rand, cur, n int, hop float64) int {
+	if n < 2 || hop <= 0 || rng.Float64() >= hop {
+		return cur
+	}
+	next := rng.IntN(n - 1)
+	if next >= cur {
+		next++ // any relay but cur, each as likely
+	}
+	return next
+}
+
+// sendRelayOf returns the relay send i of p goes to: p's own without
+// hopping, else one drawn at random (from a campaign's seed by i, so that
+// a replay sends on the same relays).
+func (d *Driver) sendRelayOf(p *pair, i int) int {
+	n := len(d.cfg.Targets)
+	switch {
+	case d.cfg.Hop <= 0 || n < 2:
+		return p.sendRelay
+	case d.cfg.Seed != nil:
+		return mrand.New(mrand.NewPCG(*d.cfg.Seed^seedSends, uint64(i))).IntN(n)
+	default:
+		return mrand.IntN(n)
+	}
+}
+
+// clientOf returns life l's client of relay i, made on first use. Only
+// the recipient's goroutine calls it.
+func (d *Driver) clientOf(l *life, i int) *client.Client {
+	if l.clients[i] == nil {
+		c, err := d.Client(i, l.token)
+		if err != nil {
+			// New made a client of every target already (the senders',
+			// when recipients hop), so target and token are good.
+			panic(err)
+		}
+		l.clients[i] = c
+	}
+	return l.clients[i]
+}
 
 // SetGiveUp sets when a careful sender stops retrying: the end of the
 // drain. It must be called before the sends begin.
@@ -255,10 +339,11 @@ func (d *Driver) Call(ctx context.Context, i int, method, path, tok string) (int
 }
 
 // Pair returns pair i's household, its recipient's device, and the relay
-// the recipient polls.
+// the recipient polls first (with hopping it moves on from there): the
+// client [Driver.Begin] is given speaks to that one.
 func (d *Driver) Pair(i int) (household, recipient string, pollRelay int) {
 	p := d.pairs[i]
-	return p.household, p.recipient, p.pollRelay
+	return p.household, p.recipient, p.home
 }
 
 // Token returns the token of life li of pair's recipient.
@@ -278,14 +363,14 @@ func (d *Driver) ArmCrash(pair int, down time.Duration) {
 }
 
 // Begin begins pair's recipient's next life, l, registered already with
-// tok (at cursor, in epoch); c polls with it. The life before ends, and
-// with it the old token's polls.
+// tok (at cursor, in epoch); c polls with it, at the relay [Driver.Pair]
+// names. The life before ends, and with it the old token's polls.
 func (d *Driver) Begin(pair int, l *check.Life, tok string, c *client.Client, cursor int64, epoch string) {
 	d.tally.BeginLife(pair, l)
 	p := d.pairs[pair]
 	d.mu.Lock()
 	old := p.lives[len(p.lives)-1]
-	nl := newLife(len(p.lives), tok, c)
+	nl := newLife(len(p.lives), tok, len(d.cfg.Targets), p.home, c)
 	nl.cursor, nl.epoch = cursor, epoch
 	p.lives = append(p.lives, nl)
 	close(p.nextLife)

@@ -18,12 +18,17 @@ import (
 	"github.com/flamenet/relay/loadtest/internal/tally"
 )
 
-// testDriver is a driver of pairs against urls, and its tally.
-func testDriver(t *testing.T, urls []string, pairs int) (*Driver, *tally.Tally) {
+// testDriver is a driver of pairs against urls, and its tally; with
+// changes to its config.
+func testDriver(t *testing.T, urls []string, pairs int, with ...func(*Config)) (*Driver, *tally.Tally) {
 	t.Helper()
 	tl := tally.New(tally.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Payload: 64, Tag: "a1b2c3d4"})
-	d, err := New(Config{Targets: urls, Key: ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), Tag: "a1b2c3d4",
-		Pairs: pairs, Wait: 2, Payload: 64, Codec: "json", Expires: time.Now().Add(time.Hour)}, tl)
+	cfg := Config{Targets: urls, Key: ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), Tag: "a1b2c3d4",
+		Pairs: pairs, Wait: 2, Payload: 64, Codec: "json", Expires: time.Now().Add(time.Hour)}
+	for _, f := range with {
+		f(&cfg)
+	}
+	d, err := New(cfg, tl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +55,83 @@ func TestPairsCrossReplicas(t *testing.T) {
 		if p.sendRelay != p.pollRelay {
 			t.Errorf("one relay: pair %d spread over two", p.idx)
 		}
+	}
+}
+
+// TestHop: with -hop 1 and three relays a recipient's every poll goes to
+// another relay than the one before, and in time to each of them; with
+// -hop 0 every poll goes to its own. Sends follow: drawn at random with
+// hopping (the same for a campaign's seed), the pair's own relay without.
+func TestHop(t *testing.T) {
+	const epoch = "AAAAAAAAAAAAAAAA"
+	var relays []*epochtest.Relay
+	var urls []string
+	for range 3 {
+		relays = append(relays, epochtest.Start(t, epoch))
+		urls = append(urls, relays[len(relays)-1].URL)
+	}
+	asked := func() []int {
+		n := make([]int, len(relays))
+		for i, r := range relays {
+			n[i] = len(r.Requests())
+		}
+		return n
+	}
+	ctx := context.Background()
+	for _, hop := range []float64{1, 0} {
+		r, _ := testDriver(t, urls, 2, func(c *Config) { c.Hop = hop })
+		p := r.pairs[1]
+		last, used := p.home, make([]int, len(relays))
+		for k := range 60 {
+			before := asked()
+			if _, err := r.pollOnce(ctx, p, 0); err != nil {
+				t.Fatalf("hop %v, poll %d: %v", hop, k, err)
+			}
+			after, at := asked(), -1
+			for i := range relays {
+				if after[i] != before[i] {
+					if at >= 0 || after[i] != before[i]+1 {
+						t.Fatalf("hop %v, poll %d: requests per relay %v, then %v", hop, k, before, after)
+					}
+					at = i
+				}
+			}
+			switch {
+			case at != p.pollRelay:
+				t.Errorf("hop %v, poll %d: went to relay %d, recorded as %d", hop, k, at, p.pollRelay)
+			case hop == 1 && at == last:
+				t.Errorf("hop 1, poll %d: relay %d twice in a row", k, at)
+			case hop == 0 && at != p.home:
+				t.Errorf("hop 0, poll %d: relay %d, not its own %d", k, at, p.home)
+			}
+			last = at
+			used[at]++
+		}
+		if hop == 1 && slices.Contains(used, 0) {
+			t.Errorf("hop 1: polls per relay %v, want every relay", used)
+		}
+
+		sent := make([]int, len(relays))
+		for i := range 300 {
+			sent[r.sendRelayOf(p, i)]++
+		}
+		if hop == 0 && sent[p.sendRelay] != 300 || hop == 1 && slices.Contains(sent, 0) {
+			t.Errorf("hop %v: sends per relay %v (the pair's own %d)", hop, sent, p.sendRelay)
+		}
+	}
+	seed := uint64(7)
+	a, _ := testDriver(t, urls, 2, func(c *Config) { c.Hop, c.Seed = 0.5, &seed })
+	b, _ := testDriver(t, urls, 2, func(c *Config) { c.Hop, c.Seed = 0.5, &seed })
+	for i := range 50 {
+		pa, pb := a.pairs[a.PairOf(i)], b.pairs[b.PairOf(i)]
+		if sa, sb := a.sendRelayOf(pa, i), b.sendRelayOf(pb, i); sa != sb {
+			t.Fatalf("seed %d: send %d to relay %d, then %d", seed, i, sa, sb)
+		}
+		ra, rb := nextRelay(pa.hops, pa.pollRelay, len(urls), 0.5), nextRelay(pb.hops, pb.pollRelay, len(urls), 0.5)
+		if ra != rb {
+			t.Fatalf("seed %d: hop %d of pair %d to relay %d, then %d", seed, i, pa.idx, ra, rb)
+		}
+		pa.pollRelay, pb.pollRelay = ra, rb
 	}
 }
 

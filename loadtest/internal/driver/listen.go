@@ -55,18 +55,30 @@ func (d *Driver) pollLoop(ctx context.Context, p *pair, first time.Time) {
 	}
 }
 
-// hold begins one poll or stream of p's current life, which it returns
-// with the hold's context; done ends the context. A new registration
-// starts over where it says, and the next life's beginning ends this
-// one's hold, as a client given a new token would stop using the old.
-func (d *Driver) hold(ctx context.Context, p *pair) (l *life, hctx context.Context, done func()) {
+// hold begins one poll or stream of p's current life on the relay it
+// draws (p.pollRelay, where the hold's every request goes), and returns
+// the life, its client of that relay and the hold's context; done ends
+// the context. A new registration starts over where it says, and the next
+// life's beginning ends this one's hold, as a client given a new token
+// would stop using the old.
+func (d *Driver) hold(ctx context.Context, p *pair) (l *life, c *client.Client, hctx context.Context, done func()) {
 	l = d.current(p)
 	if l.idx != p.polled {
 		p.polled, p.cursor, p.epoch, p.lostPlace, p.resync = l.idx, l.cursor, l.epoch, false, false
 	}
+	last := p.pollRelay
+	p.pollRelay = nextRelay(p.hops, last, len(d.cfg.Targets), d.cfg.Hop)
 	hctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(l.ctx, cancel)
-	return l, hctx, func() {
+	if p.pollRelay != last && d.cfg.Explicit && !p.lostPlace && !p.resync && p.cursor > 0 {
+		// A relay answers a poll without cursor from the cursor it knows,
+		// and the ack the relay before took may not have reached this one
+		// yet (PROTOCOL.md: for up to an ack interval): it would hand
+		// again what was acknowledged, which the checks count as
+		// duplicates. Acknowledged here, it is not.
+		d.ack(hctx, p, l, client.Position{Cursor: p.cursor, Epoch: p.epoch})
+	}
+	return l, d.clientOf(l, p.pollRelay), hctx, func() {
 		stop()
 		cancel()
 	}
@@ -77,7 +89,7 @@ func (d *Driver) hold(ctx context.Context, p *pair) (l *life, hctx context.Conte
 // has more waiting. With -ack explicit it polls without a cursor and
 // acknowledges what it received with POST /v1/ack.
 func (d *Driver) pollOnce(ctx context.Context, p *pair, waitSecs int) (more bool, err error) {
-	l, ctx, done := d.hold(ctx, p)
+	l, c, ctx, done := d.hold(ctx, p)
 	defer done()
 	d.tally.Holding()
 	// With explicit acks the poll leaves the cursor out, so the relay
@@ -90,12 +102,15 @@ func (d *Driver) pollOnce(ctx context.Context, p *pair, waitSecs int) (more bool
 		q.Epoch = p.epoch
 	}
 	from := time.Now()
-	resp, err := l.client.Poll(ctx, q)
+	resp, err := c.Poll(ctx, q)
 	d.tally.Released()
 	at := time.Now()
 	if err != nil {
 		return false, d.listenFailed(ctx, p, l, "poll", q.Epoch, err, from, at)
 	}
+	// An answer without envelopes is no failure, a superseded poll's
+	// either (200, the device held on another relay since): the next poll
+	// goes on from its cursor.
 	d.record(p, l, resp, from, at)
 	p.lostPlace, p.resync = false, false
 	crashed := len(resp.Envelopes) > 0 && d.crashClient(ctx, p)
@@ -121,7 +136,7 @@ func (d *Driver) streamLoop(ctx context.Context, p *pair, first time.Time) {
 // It acknowledges lazily (streamAckEvery, streamAckSeqs), or each batch
 // with -ack explicit.
 func (d *Driver) streamOnce(ctx context.Context, p *pair) error {
-	l, ctx, done := d.hold(ctx, p)
+	l, c, ctx, done := d.hold(ctx, p)
 	defer done()
 	d.tally.Holding()
 	defer d.tally.Released()
@@ -130,7 +145,7 @@ func (d *Driver) streamOnce(ctx context.Context, p *pair) error {
 		q.Epoch = p.epoch
 	}
 	from := time.Now()
-	s, err := l.client.Stream(ctx, q)
+	s, err := c.Stream(ctx, q)
 	if err != nil {
 		return d.listenFailed(ctx, p, l, "stream", q.Epoch, err, from, time.Now())
 	}
@@ -172,6 +187,8 @@ func (d *Driver) streamOnce(ctx context.Context, p *pair) error {
 		case "end":
 			switch ev.End.Reason {
 			case "superseded", "drained", "expired":
+				// No failure: the next stream, on whichever relay it
+				// draws, goes on from the cursor.
 				return nil
 			}
 			if ev.End.Err != nil {
@@ -250,13 +267,13 @@ func (d *Driver) cursorAhead(p *pair, op, epoch string, err error, from, to time
 	return true
 }
 
-// ack acknowledges up to pos with life l, again and again while no
-// definitive answer comes, as a client that must not lose its place
-// would.
+// ack acknowledges up to pos with life l at the relay of the recipient's
+// latest hold, again and again while no definitive answer comes, as a
+// client that must not lose its place would.
 func (d *Driver) ack(ctx context.Context, p *pair, l *life, pos client.Position) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		from := time.Now()
-		err := l.client.Ack(ctx, pos)
+		err := d.clientOf(l, p.pollRelay).Ack(ctx, pos)
 		if err == nil {
 			d.tally.Acked(time.Now())
 			d.accepted(p, l, "ack", from)

@@ -55,7 +55,7 @@ func (d *Driver) registerOne(ctx context.Context, p *pair) error {
 		}
 		l := p.lives[0]
 		began := time.Now()
-		resp, err := l.client.Register(ctx)
+		resp, err := l.clients[p.home].Register(ctx)
 		if err == nil {
 			p.cursor, l.cursor = resp.Cursor, resp.Cursor
 			p.epoch, l.epoch = resp.Epoch, resp.Epoch
@@ -81,6 +81,9 @@ func (d *Driver) Offer(ctx context.Context, s schedule.Schedule) {
 // records its answer.
 func (d *Driver) send(ctx context.Context, i int, at time.Time) {
 	p := d.pairs[d.PairOf(i)]
+	// Retries stay on the relay drawn: each failure is counted against
+	// the relay that gave it.
+	relay := d.sendRelayOf(p, i)
 	id := d.tally.SendID(i)
 	to, body := []string{p.recipient}, check.Payload(id, d.cfg.Payload)
 	started := time.Now()
@@ -90,15 +93,15 @@ func (d *Driver) send(ctx context.Context, i int, at time.Time) {
 	var err error
 	from := started
 	for attempt := 0; ; attempt++ {
-		resp, err = p.sendClient.SendOnce(ctx, id, to, body)
+		resp, err = p.sendClients[relay].SendOnce(ctx, id, to, body)
 		if err == nil || ctx.Err() != nil || !d.cfg.Careful || !answer.Retryable(err) || time.Now().After(d.giveUp) {
 			break
 		}
-		d.tally.Failure("send", p.sendRelay, err, from, time.Now())
+		d.tally.Failure("send", relay, err, from, time.Now())
 		wait.For(ctx, answer.RetryWait(attempt, err))
 		from = time.Now()
 	}
-	d.tally.Answered(ctx, i, p.sendRelay, resp, err, from, time.Now())
+	d.tally.Answered(ctx, i, relay, resp, err, from, time.Now())
 }
 
 // Sweep polls every recipient once more without waiting, after the held
