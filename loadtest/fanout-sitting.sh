@@ -282,7 +282,7 @@ start_relays() {
 	relay_shown+=" FN_LOG_LEVEL=warn relay-$side serve"
 }
 
-# snap TAG reads every node's INFO cpu, stats and commandstats into
+# snap TAG reads every node's INFO cpu, stats, memory and commandstats into
 # $tmp/TAG-PORT.
 snap() {
 	local p
@@ -290,19 +290,24 @@ snap() {
 		{
 			redis-cli -p "$p" info cpu
 			redis-cli -p "$p" info stats
+			redis-cli -p "$p" info memory
 			redis-cli -p "$p" info commandstats
 		} | tr -d '\r' >"$tmp/$1-$p"
 	done
 }
 
-# sample_gauges FILE appends each node's pub/sub gauges from INFO stats to
-# FILE every $sample_every seconds, as "PORT NAME VALUE" lines.
+# sample_gauges FILE appends each node's pub/sub gauges from INFO stats and
+# its used_memory to FILE every $sample_every seconds, as "PORT NAME VALUE"
+# lines.
 sample_gauges() {
 	local p
 	while :; do
 		for p in "${ports[@]}"; do
-			redis-cli -p "$p" info stats 2>/dev/null | tr -d '\r' |
-				awk -F: -v p="$p" '$1 ~ /^pubsub/ {print p, $1, $2}'
+			{
+				redis-cli -p "$p" info stats 2>/dev/null
+				redis-cli -p "$p" info memory 2>/dev/null
+			} | tr -d '\r' |
+				awk -F: -v p="$p" '$1 ~ /^pubsub/ || $1 == "used_memory" {print p, $1, $2}'
 		done
 		sleep "$sample_every"
 	done >>"$1"
@@ -334,7 +339,7 @@ redis_table() {
 		function cmd(m, name,   k) { k = "cmdstat_" name; return (k in m) ? m[k] : 0 }
 		BEGIN {
 			ncmd = split("publish spublish subscribe ssubscribe unsubscribe sunsubscribe psubscribe", cmds, " ")
-			ng = split("pubsub_channels pubsub_patterns pubsubshard_channels", gs, " ")
+			ng = split("pubsub_channels pubsub_patterns pubsubshard_channels used_memory", gs, " ")
 			while ((getline line <gauges) > 0) {
 				split(line, f, " ")
 				k = f[1] SUBSEP f[2]
@@ -390,7 +395,7 @@ redis_table() {
 			for (j = 1; j <= ng; j++) if (j in hpeak) printf "\t%.0f", speak[j] >figs; else printf "\t-" >figs
 			printf "\n" >figs
 			close(figs)
-			print "Pub/sub gauges (INFO stats), before / peak of the samples during the run / after:"
+			print "Gauges (INFO stats; used_memory from INFO memory), before / peak of the samples during the run / after:"
 			printf "  %-17s", "node"
 			for (j = 1; j <= ng; j++) printf " %24s", gs[j]
 			printf "\n"
@@ -416,7 +421,7 @@ redis_json() {
 		--argjson pairs "$pairs" --arg rate "$rate" --arg duration "$duration" --argjson sample_every "$sample_every" \
 		--arg report_a "$run-a.json" --arg report_b "$run-b.json" --rawfile rows "$tmp/$run-figures" '
 		["publish", "spublish", "subscribe", "ssubscribe", "unsubscribe", "sunsubscribe", "psubscribe"] as $cmds
-		| ["pubsub_channels", "pubsub_patterns", "pubsubshard_channels"] as $gauges
+		| ["pubsub_channels", "pubsub_patterns", "pubsubshard_channels", "used_memory"] as $gauges
 		| def num: if . == "-" then null else tonumber end;
 		  def figures: {
 			cpu_seconds: (.[2] | num), net_in_bytes: (.[3] | num), net_out_bytes: (.[4] | num),
