@@ -487,6 +487,26 @@ measure() {
 	tester_pids=($!)
 	LOAD_ISSUER_PRIVATE_KEY=$seed "${cmd_b[@]}" >"$tmp/$name-b.out" 2>"$tmp/$name-b.log" &
 	tester_pids+=($!)
+	# The sends alone, without the population's arrival (its
+	# registrations, first polls and, on the relay of this checkout, one
+	# subscription and one presence message per device): from both
+	# testers sending until 10 s before the sends end.
+	local steady=""
+	if [[ $duration =~ ^([0-9]+)s$ ]] && ((BASH_REMATCH[1] > 10)); then
+		for _ in $(seq 2400); do
+			if grep -q 'msg=sending' "$tmp/$name-a.log" && grep -q 'msg=sending' "$tmp/$name-b.log"; then
+				steady=$((BASH_REMATCH[1] - 10))
+				break
+			fi
+			kill -0 "${tester_pids[0]}" 2>/dev/null || kill -0 "${tester_pids[1]}" 2>/dev/null || break
+			sleep 0.5
+		done
+	fi
+	if [[ -n $steady ]]; then
+		snap "$name-steady-b"
+		sleep "$steady"
+		snap "$name-steady-a"
+	fi
 	local rc_a=0 rc_b=0
 	wait "${tester_pids[0]}" || rc_a=$?
 	wait "${tester_pids[1]}" || rc_b=$?
@@ -527,8 +547,20 @@ measure() {
 			sed 's/^/  /' "$tmp/$name-$half.out"
 		done
 		redis_table "$name"
+		if [[ -n $steady ]]; then
+			echo "During the sends alone: $steady s from both testers sending (the same figures; the"
+			echo "gauges as above):"
+			: >"$tmp/$name-steady-gauges"
+			redis_table "$name-steady" | sed '/^Gauges/,$d'
+		fi
 	)")
 	redis_json "$name" "$setup" "$side" "$commit" "$rdirty" "$when" "$url" >"$outdir/redis-$setup-$side.json"
+	if [[ -n $steady ]]; then
+		redis_json "$name-steady" "$setup" "$side" "$commit" "$rdirty" "$when" "$url" |
+			jq --argjson s "$steady" --arg a "$name-a.json" --arg b "$name-b.json" \
+				'.window = "the sends alone: \($s) s from both load testers sending" | .window_seconds = $s | .reports = [$a, $b]' \
+				>"$outdir/redis-steady-$setup-$side.json"
+	fi
 }
 
 # (a) One Redis server.
@@ -598,14 +630,17 @@ stop_redis
 	echo "#   shutdown outside too); info stats' pub/sub gauges every $sample_every s in between. The window"
 	echo "#   holds the testers' own set-up (devices registered, polls opened: the relays' per-device"
 	echo "#   subscriptions, where they make them) and drain besides the sends, so it is wider than a"
-	echo "#   tester's measured window, over which its relay cpu and wake lines are read"
+	echo "#   tester's measured window, over which its relay cpu and wake lines are read; a second"
+	echo "#   reading, \"during the sends alone\", runs from the moment both testers log that they are"
+	echo "#   sending until 10 s before their sends end, without the population's arrival"
 	echo "# each tester's summary (relay cpu and rss) and its per-relay wake lines (relay N: wakes"
 	echo "#   received=...), like its report's wakes field, read the four relays' counters over that"
 	echo "#   tester's own window: both testers load the same four relays, so they cover both testers'"
 	echo "#   sends and polls, not that tester's alone (do not add a's and b's). Delivery and latency are"
 	echo "#   each tester's own pairs'. The reports' git is the relay's checkout (-src: the worktree of"
 	echo "#   BEFORE for the before side), as -relay-commit labels only a relay the tester starts"
-	echo "# Redis figures per run, as JSON: redis-{single,cluster}-{before,after}.json beside this file"
+	echo "# Redis figures per run, as JSON: redis-{single,cluster}-{before,after}.json beside this file,"
+	echo "#   and the sends alone in redis-steady-{single,cluster}-{before,after}.json"
 	echo "# open files: $(ulimit -Sn) soft, $(ulimit -Hn) hard (each load tester raises its soft limit up to the hard one)"
 	for s in "${sections[@]}"; do
 		echo

@@ -18,6 +18,7 @@ type fanoutRun struct {
 	setup, side string // single or cluster; before or after
 	a, b        *report.Report
 	redis       redisFigures
+	steady      *redisFigures // the sends alone, when the sitting read it
 }
 
 // redisFigures is the script's redis-<setup>-<side>.json, as far as the
@@ -34,7 +35,20 @@ type redisFigures struct {
 		PubsubCalls map[string]int64 `json:"pubsub_calls"`
 		Peaks       map[string]int64 `json:"pubsub_gauge_peaks"`
 	} `json:"sum"`
-	Nodes []json.RawMessage `json:"nodes"`
+	Nodes         []json.RawMessage `json:"nodes"`
+	WindowSeconds float64           `json:"window_seconds"` // the sends alone's
+}
+
+func readFigures(path string) (redisFigures, error) {
+	var f redisFigures
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return f, err
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return f, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
 }
 
 // fanoutDir is where loadFanout looks, below the evidence directory.
@@ -49,17 +63,25 @@ func loadFanout(dir string) ([]fanoutRun, error) {
 	}
 	var runs []fanoutRun
 	for _, p := range paths {
-		setup, side, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "redis-"), ".json"), "-")
+		base := filepath.Base(p)
+		if strings.HasPrefix(base, "redis-steady-") {
+			continue // read with its run
+		}
+		setup, side, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(base, "redis-"), ".json"), "-")
 		if !ok {
 			return nil, fmt.Errorf("%s: want redis-<setup>-<side>.json", p)
 		}
 		run := fanoutRun{setup: setup, side: side}
-		b, err := os.ReadFile(p)
-		if err != nil {
+		if run.redis, err = readFigures(p); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(b, &run.redis); err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+		steady := filepath.Join(dir, "redis-steady-"+setup+"-"+side+".json")
+		if _, err := os.Stat(steady); err == nil {
+			f, err := readFigures(steady)
+			if err != nil {
+				return nil, err
+			}
+			run.steady = &f
 		}
 		for _, half := range []struct {
 			name string
@@ -101,19 +123,31 @@ func renderFanout(b *strings.Builder, runs []fanoutRun) {
 		"lllrrrrrrrr", rows)
 
 	b.WriteString("\n#### What Redis did for them\n\n")
-	b.WriteString("Every node's INFO, after minus before the two testers (their set-up, the sends and their drain; the relays' start-up is outside): CPU is used_cpu_sys + used_cpu_user, network and commands as INFO stats counts them, summed over the nodes; the pub/sub commands from INFO commandstats; channels is the peak of the subscribed channels (shard channels on a Cluster) sampled every few seconds, summed over the nodes.\n\n")
+	b.WriteString("Every node's INFO, after minus before, summed over the nodes, over two windows: all of the two testers' run (the population's arrival, the sends and their drain; the relays' start-up is outside), and the sends alone (from both testers sending until 10 s before the sends end). CPU is used_cpu_sys + used_cpu_user, network and commands as INFO stats counts them; the pub/sub commands from INFO commandstats; channels is the peak of the subscribed channels (shard channels on a Cluster) sampled every few seconds.\n\n")
 	rows = rows[:0]
 	for _, r := range runs {
-		s := r.redis.Sum
-		rows = append(rows, []string{r.setup, r.side, strings.TrimSpace(fmt.Sprintf("%d", len(r.redis.Nodes))),
-			fmt.Sprintf("%.2f s", s.CPUSeconds), report.FormatBytes(s.NetIn), report.FormatBytes(s.NetOut), count(int(s.Commands)),
-			count(int(s.PubsubCalls["publish"] + s.PubsubCalls["spublish"])),
-			count(int(s.PubsubCalls["subscribe"] + s.PubsubCalls["ssubscribe"])),
-			count(int(s.PubsubCalls["unsubscribe"] + s.PubsubCalls["sunsubscribe"])),
-			count(int(s.Peaks["pubsub_channels"] + s.Peaks["pubsubshard_channels"])), r.redis.Date})
+		rows = append(rows, redisRow(r, "all", r.redis))
+		if r.steady != nil {
+			rows = append(rows, redisRow(r, fmt.Sprintf("sends alone (%.0f s)", r.steady.WindowSeconds), *r.steady))
+		}
 	}
-	table(b, []string{"Redis", "Relay", "Nodes", "CPU", "Net in", "Net out", "Commands", "Publishes", "Subscribes", "Unsubscribes", "Channels", "Date"},
-		"llrrrrrrrrrl", rows)
+	table(b, []string{"Redis", "Relay", "Window", "CPU", "Net in", "Net out", "Commands", "Publishes", "Subscribes", "Unsubscribes", "Channels", "Date"},
+		"lllrrrrrrrrl", rows)
+}
+
+// redisRow is one row of what Redis did, over the window named.
+func redisRow(r fanoutRun, window string, f redisFigures) []string {
+	s := f.Sum
+	channels := "–"
+	if s.Peaks != nil && window == "all" {
+		channels = count(int(s.Peaks["pubsub_channels"] + s.Peaks["pubsubshard_channels"]))
+	}
+	return []string{r.setup, r.side, window,
+		fmt.Sprintf("%.2f s", s.CPUSeconds), report.FormatBytes(s.NetIn), report.FormatBytes(s.NetOut), count(int(s.Commands)),
+		count(int(s.PubsubCalls["publish"] + s.PubsubCalls["spublish"])),
+		count(int(s.PubsubCalls["subscribe"] + s.PubsubCalls["ssubscribe"])),
+		count(int(s.PubsubCalls["unsubscribe"] + s.PubsubCalls["sunsubscribe"])),
+		channels, f.Date}
 }
 
 // wakeSpread is the least and most wake-ups a relay received, the sums of

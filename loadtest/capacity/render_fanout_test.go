@@ -24,13 +24,17 @@ func TestRenderFanout(t *testing.T) {
 	}
 	runs[1].redis.RelayCommit = "0123456789abcdef"
 	runs[1].redis.Sum.PubsubCalls = map[string]int64{"publish": 1000, "subscribe": 30}
+	runs[1].redis.Sum.Peaks = map[string]int64{"pubsub_channels": 116}
+	runs[1].steady = &redisFigures{WindowSeconds: 50}
+	runs[1].steady.Sum.PubsubCalls = map[string]int64{"publish": 900}
 	var b strings.Builder
 	renderFanout(&b, runs)
 	got := b.String()
 	for _, want := range []string{
 		"| single | before |  | 200 | 1,000 | 740 – 760 | 76 % | 67 % | none (shard channels) | 0 | 0 |",
 		"| single | after | 0123456 | 200 | 1,000 | 240 – 260 | 26 % | 0 % | 50 – 51 | 0 | 0 |",
-		"| single | after | 0 | 0.00 s | 0 MB | 0 MB | 0 | 1,000 | 30 | 0 | 0 |  |",
+		"| single | after | all | 0.00 s | 0 MB | 0 MB | 0 | 1,000 | 30 | 0 | 116 |  |",
+		"| single | after | sends alone (50 s) | 0.00 s | 0 MB | 0 MB | 0 | 900 | 0 | 0 | – |  |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing row %q in:\n%s", want, got)
