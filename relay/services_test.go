@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flamenet/relay/device"
 	"github.com/flamenet/relay/internal/servicetest"
 	"github.com/flamenet/relay/store/sqlite"
 	"github.com/flamenet/relay/wake"
@@ -266,3 +267,39 @@ func urlWithHost(rawURL, host string) (string, error) {
 func newLocalHub() wake.Hub { return local.New(nil) }
 
 func maxProcs() int { return runtime.GOMAXPROCS(0) }
+
+// TestMovedDeviceReadAgain: what a relay learned of a device from wake-ups
+// is not trusted once it stopped hearing the device. The phone polls on a,
+// moves to b (a leaves its channel), is sent an envelope through b that a
+// never hears of, and comes back to a without acknowledging it: a reads
+// the store and hands it over at once, rather than waiting on a head it
+// remembers from before.
+//
+// Guard: the hub tells memory to forget the device when its subscription
+// is confirmed again. Broken on purpose once (no Forget), this went red:
+// the poll on a waited out its 5 s and answered nothing.
+func TestMovedDeviceReadAgain(t *testing.T) {
+	a, b := replicas(t, servicetest.RedisURL(t), 2)
+	phone := a.register("home", "phone")
+	laptop := a.register("home", "laptop")
+	key := device.Key{Household: "home", Device: "phone"}
+
+	held := heldPoll(a, phone, "cursor=0&wait=10")
+	eventually(t, "the phone's poll held on a", func() bool { return a.srv.hub.Held(key) })
+	a.send(laptop, "1", []byte("one"), "phone")
+	if p := <-held; len(p.Envelopes) != 1 || p.Cursor != 1 {
+		t.Fatalf("first poll = %+v", p)
+	}
+
+	held = heldPoll(b, phone, "cursor=1&wait=10")
+	eventually(t, "a leaves the phone's channel", func() bool { return b.srv.hub.Held(key) && !a.srv.hub.Hears(key) })
+	b.send(laptop, "2", []byte("two"), "phone")
+	if p := <-held; len(p.Envelopes) != 1 || p.Envelopes[0].ID != "2" {
+		t.Fatalf("poll on b = %+v", p)
+	}
+
+	// Back on a, "2" unacknowledged.
+	if p := a.poll(phone, "cursor=1&wait=5"); len(p.Envelopes) != 1 || p.Envelopes[0].ID != "2" {
+		t.Fatalf("poll back on a = %+v, want envelope 2 at once", p)
+	}
+}
