@@ -61,6 +61,14 @@ func wakeEveryMaster(t *testing.T, a, b *process, head int64, d time.Duration) {
 	}
 	for addr, k := range byMaster {
 		w := subscribe(t, b.hub, k)
+		if !b.hub.Hears(k) {
+			// Subscribe gave up waiting (a loaded machine, a topology
+			// that just changed): the confirmation wakes this poll, which
+			// is not the path under test. A poll after it hears messages.
+			eventually(t, 5*time.Second, "b hears the device on "+addr, func() bool { return b.hub.Hears(k) })
+			w.Close()
+			w = subscribe(t, b.hub, k)
+		}
 		got := waitAsync(context.Background(), w)
 		if err := a.hub.Signal(context.Background(), wakes(head, k)); err != nil {
 			t.Fatalf("Signal to a device on %s: %v", addr, err)

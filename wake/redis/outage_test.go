@@ -118,6 +118,14 @@ func messagePathWorks(a, b *process, k device.Key, head int64, d time.Duration) 
 		return false
 	}
 	defer w.Close()
+	// Only a confirmed subscription hears messages: one confirmed late
+	// (a Redis coming back) would miss a wake sent before it.
+	for !b.hub.Hears(k) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // bounded poll of the hub
+	}
 	sent := a.hub.Signal(context.Background(), wakes(head, k)) == nil
 	for time.Now().Before(deadline) {
 		if sent && b.obs.head(k) >= head {

@@ -380,10 +380,13 @@ func (h *Hub) heldElsewhere(k device.Key, since int64) {
 		sh.mu.Unlock()
 		return
 	}
+	moved := !v.displaced // a relay may say so twice (see above)
 	v.displaced = true
 	held := v.holders > 0
 	sh.mu.Unlock()
-	h.m.displaced.Inc()
+	if moved {
+		h.m.displaced.Inc()
+	}
 	if held {
 		// Its poll closes its waiter, and the last close leaves.
 		h.local.End(k, wake.ErrSuperseded)
