@@ -461,10 +461,10 @@ func (s *Server) validateSend(req *sendRequest) ([]string, error) {
 }
 
 // afterCommit wakes each recipient's held poll and has the hub push to
-// each recipient with a push target and no poll held on any relay. env, when not nil, is
-// the envelope (all but its seq), which the wakes carry. It runs only after
-// the store committed, and never fails the send: the store is the source of
-// truth and a late wake-up only delays a delivery.
+// each recipient with a push target and no poll held on any relay. env,
+// when not nil, is the envelope (all but its seq), which the wakes carry.
+// It runs only after the store committed, and never fails the send: the
+// store is the source of truth and a late wake-up only delays a delivery.
 func (s *Server) afterCommit(ctx context.Context, household string, ds []store.Delivery, env *store.Envelope) {
 	wakes := make([]wake.Wake, len(ds))
 	for i, d := range ds {
