@@ -496,8 +496,8 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	}
 }
 
-// Push queues a push to k, whose poll no relay holds: the hub's Pusher.
-func (s *Server) Push(k device.Key, t device.PushTarget) {
+// pushTo queues a push to k, whose poll no relay holds: the hub's Pusher.
+func (s *Server) pushTo(k device.Key, t device.PushTarget) {
 	if s.push != nil {
 		s.push.Enqueue(push.Job{Household: k.Household, Device: k.Device, Target: t})
 	}

@@ -251,7 +251,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		},
 	})
 	s.hub.Observe(s.memory)
-	s.hub.PushVia(s)
+	s.hub.PushVia(wake.PushFunc(s.pushTo))
 	// Only once the hub tells memory of removals: one committed after the
 	// list's read is then heard, and merged into the list
 	// (TestRemovalsHeardDuringRead). No test can catch this line moved

@@ -53,6 +53,12 @@ type Pusher interface {
 	Push(k device.Key, t device.PushTarget)
 }
 
+// PushFunc is a function that is a Pusher.
+type PushFunc func(k device.Key, t device.PushTarget)
+
+// Push calls f.
+func (f PushFunc) Push(k device.Key, t device.PushTarget) { f(k, t) }
+
 // Observer learns what a hub hears, before any waiter is woken by it. Its
 // methods are called from the hub's goroutines and must not block.
 type Observer interface {
