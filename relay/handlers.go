@@ -490,9 +490,16 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		s.hooks.beforeWake(wakes)
 	}
 	s.metrics.signalled.Add(float64(len(wakes)))
+	idle := s.idleStreams(wakes) // delivered here, below (inline.go)
+	if s.hooks.sendersTook != nil {
+		s.hooks.sendersTook()
+	}
 	if err := s.hub.Signal(sctx, wakes); err != nil {
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
+	}
+	for _, st := range idle {
+		st.deliverNow()
 	}
 }
 

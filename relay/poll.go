@@ -294,9 +294,6 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 	}
 	p.pos = pos
 	p.after = max(p.after, pos.Cursor)
-	if pos.Pending(p.after) {
-		s.metrics.received.Inc() // news, not a fallback round's re-read
-	}
 	if !pos.Life.Admits(c.IssuedAt) {
 		notePoll(r.Context(), pollRemoved)
 		return s.refuseToken(r, refusedRemoved, nil)
@@ -307,6 +304,9 @@ func (s *Server) woken(ctx context.Context, r *http.Request, c *token.Claims, p 
 		if p.pos, err = s.checkEpoch(ctx, c, pos, p.q.epoch); err != nil {
 			return err
 		}
+	}
+	if p.pos.Pending(p.after) {
+		s.metrics.received.Inc() // news, not a fallback round's re-read
 	}
 	return nil
 }
@@ -464,6 +464,9 @@ func (s *Server) position(ctx context.Context, c *token.Claims) (position.State,
 // older than the device's last removal: store.ErrRemoved), and merges it
 // into memory.
 func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.State, error) {
+	if sendersCall(ctx) {
+		return position.State{}, errNeedsStore
+	}
 	return offload(func() (position.State, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()
@@ -474,6 +477,9 @@ func (s *Server) readPosition(ctx context.Context, c *token.Claims) (position.St
 }
 
 func (s *Server) fetch(ctx context.Context, c *token.Claims, after int64, limit int) (store.Batch, error) {
+	if sendersCall(ctx) {
+		return store.Batch{}, errNeedsStore
+	}
 	return offload(func() (store.Batch, error) {
 		ctx, cancel := s.storeCtx(ctx)
 		defer cancel()

@@ -90,6 +90,7 @@ type Server struct {
 	verified  verified
 	readiness *ready.State // draining, and the store's probe
 	limits    limits
+	streams   streamSet // the streams senders deliver to (inline.go)
 	logs      logs
 	hooks     hooks
 	run       run
@@ -139,6 +140,11 @@ type hooks struct {
 	// streamLook runs in a hijacked stream's wait, between setting the
 	// read's deadline and looking for news.
 	streamLook func()
+	// sendersTook runs after a send took the idle streams it delivers
+	// to, before its Signal (inline.go); senderDelivered after a sender
+	// delivered to a stream, handing the rest back or not.
+	sendersTook     func()
+	senderDelivered func(handedBack bool)
 }
 
 // run is the server's listening life.

@@ -14,6 +14,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/flamenet/relay/internal/parking"
@@ -92,6 +95,19 @@ type stream struct {
 	bytes  int64
 	buf    []byte
 	pingAt time.Time // when the next keep-alive is due
+
+	// Delivery by the sender (inline.go). mu is held by whoever writes
+	// to the stream: its goroutine, except while it waits in its read,
+	// or a sender that found it waiting.
+	mu      sync.Mutex
+	sctx    context.Context // a sender's delivery's: no store calls
+	watcher wake.Watcher
+	raw     syscall.RawConn // nil: no sender writes to this stream
+	inline  atomic.Bool     // a sender holds mu and takes the news its Signal brings
+	sender  bool            // a sender is writing: never block
+	back    handBack        // what a sender left to the goroutine
+	failed  error           // the refusal a sender met, which ends the stream
+	unsent  []byte          // what a sender's write could not hand the kernel
 }
 
 // stream is GET /v1/stream.
@@ -210,6 +226,11 @@ func (st *stream) hijack(w http.ResponseWriter) bool {
 	// takes nothing more from its client, and ends when it sends more.
 	conn, left := parking.Unwrap(conn)
 	st.conn, st.early = conn, rw.Reader.Buffered() > 0 || len(left) > 0
+	st.watcher = st.p.waiter.(wake.Watcher) // every hub's waiters are
+	st.watcher.Watch(st.news)
+	if sc, ok := conn.(syscall.Conn); ok && sendersWrite {
+		st.raw, _ = sc.SyscallConn()
+	}
 	// The request is let go: for its whole life the stream keeps only what
 	// its events need, the record (its store deadline) in a context of its
 	// own and the route in a request of its own, not the parsed request,
@@ -241,10 +262,14 @@ func (w bytesWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// run writes the stream's events until it ends, then closes it.
+// run writes the stream's events until it ends, then closes it. Its
+// goroutine holds mu but while it waits, and keeps it once the loop is
+// over: no sender writes to a stream that ended.
 func (st *stream) run() {
+	st.mu.Lock()
 	outcome := st.loop()
 	s := st.s
+	st.s.senderMayWrite(st, false)
 	st.p.release()
 	s.endStream(outcome)
 	if st.conn == nil {
@@ -280,6 +305,7 @@ func (st *stream) loop() string {
 	if st.early {
 		return streamHangup // it is pipelining, or confused: nobody reads this
 	}
+	s.senderMayWrite(st, true)
 	for {
 		if p.pos.Pending(p.after) {
 			startStoreBudget(st.ctx, s.cfg.StoreTimeout)
@@ -305,6 +331,20 @@ func (st *stream) loop() string {
 			until = st.ends
 		}
 		err := st.wait(until)
+		if errors.Is(err, errHandedBack) {
+			// A sender delivered, or began to: the rest is the goroutine's.
+			back, failed := st.takeBack()
+			if len(st.unsent) > 0 && st.writeUnsent() != nil {
+				return streamCut
+			}
+			switch {
+			case failed != nil:
+				return st.fail(failed)
+			case back == backDeliver:
+				continue // the news was read: deliver it, above
+			}
+			err = nil // back == backWoken: the news is yet to be read
+		}
 		switch {
 		case err == nil:
 			startStoreBudget(st.ctx, s.cfg.StoreTimeout)
@@ -334,13 +374,13 @@ func (s *Server) streamPing() time.Time {
 }
 
 // wait waits for news until deadline: nil for news, else a waiter's end,
-// context.DeadlineExceeded, or errHungUp.
+// context.DeadlineExceeded, errHungUp, or errHandedBack when a sender
+// delivered in the meantime and left the stream something to do.
 func (st *stream) wait(deadline time.Time) error {
 	if st.conn == nil {
 		return st.s.wait(st.ctx, st.p.waiter, deadline)
 	}
-	watcher := st.p.waiter.(wake.Watcher) // every hub's waiters are
-	watcher.Watch(func() { _ = st.conn.SetReadDeadline(aLongTimeAgo) })
+	watcher := st.watcher
 	for {
 		// The deadline is set before news is looked for: news that comes
 		// after the look moves the deadline back to the past, so the read
@@ -353,9 +393,15 @@ func (st *stream) wait(deadline time.Time) error {
 		if ready, err := watcher.Ready(); ready {
 			return err
 		}
+		// While it reads, a sender may deliver to it (inline.go).
+		st.mu.Unlock()
 		n, err := st.conn.Read(st.one[:])
+		st.mu.Lock()
 		if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return errHungUp
+		}
+		if st.back != backNone || st.failed != nil {
+			return errHandedBack
 		}
 		if ready, err := watcher.Ready(); ready {
 			return err
@@ -382,7 +428,9 @@ func (st *stream) event(name string, id int64, b store.Batch) error {
 	} else {
 		prefix, suffix = "id: "+seq+"\nevent: "+name+"\ndata: ", "\n\n"
 	}
-	st.deadline(batchAnswerSize(b))
+	if !st.sender {
+		st.deadline(batchAnswerSize(b))
+	}
 	if err := encodeAnswer(st, false, id, b, prefix, suffix); err != nil {
 		return errCut
 	}
@@ -488,6 +536,9 @@ func (st *stream) Write(b []byte) (int, error) {
 			// The answer's head goes out with the first event.
 			b = append(st.buf, b...)
 			st.buf = nil
+		}
+		if st.sender {
+			return st.writeNow(b)
 		}
 		n, err = st.conn.Write(b)
 	} else {
