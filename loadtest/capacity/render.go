@@ -76,7 +76,7 @@ func render(entries []entry, s sitting) []byte {
 		"Refused", "Errors", "Started → returned p99", "Send request p50 / p99", "Tester CPU", "Date"},
 		"llllrrrrllrrrl", rows)
 
-	renderSitting(&b, entries, s)
+	renderSitting(&b, s)
 	renderFanout(&b, s.fanout)
 	renderNew(&b, entries)
 	renderFailover(&b, entries)
