@@ -269,7 +269,7 @@ func (st *stream) run() {
 	st.mu.Lock()
 	outcome := st.loop()
 	s := st.s
-	st.s.senderMayWrite(st, false)
+	s.senderMayWrite(st, false)
 	st.p.release()
 	s.endStream(outcome)
 	if st.conn == nil {
