@@ -490,17 +490,27 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 		s.hooks.beforeWake(wakes)
 	}
 	s.metrics.signalled.Add(float64(len(wakes)))
-	idle := s.idleStreams(wakes) // delivered here, below (inline.go)
+	// The idle streams of the recipients held here are delivered to on
+	// this goroutine (inline.go), as soon as the hub told this relay's
+	// waiters: not after other relays were told.
+	idle := s.idleStreams(wakes)
 	if s.hooks.sendersTook != nil {
 		s.hooks.sendersTook()
+	}
+	deliver := func() {
+		for _, st := range idle {
+			st.deliverNow()
+		}
+		idle = nil
+	}
+	if len(idle) > 0 {
+		sctx = wake.WithLocalDone(sctx, deliver)
 	}
 	if err := s.hub.Signal(sctx, wakes); err != nil {
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
-	for _, st := range idle {
-		st.deliverNow()
-	}
+	deliver() // a hub that did not call LocalDone
 }
 
 // pushTo queues a push to k, whose poll no relay holds: the hub's Pusher.

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/flamenet/relay/device"
+	"github.com/flamenet/relay/internal/servicetest"
 )
 
 // TestSenderDelivers: a send delivers to its recipient's idle stream
@@ -203,5 +206,45 @@ func TestSenderNeverWaitsForTheReader(t *testing.T) {
 			}
 			want++
 		}
+	}
+}
+
+// TestSenderDeliversBeforeRedis: with several relays, a send delivers to
+// the stream it holds as soon as this relay's waiters were told, before
+// Redis is: a Redis that does not answer delays the send, not the stream.
+// Redis is paused until the sender's delivery, which resumes it. Red with
+// the hub's LocalDone after its publish (the publish, to a paused Redis,
+// failed first).
+func TestSenderDeliversBeforeRedis(t *testing.T) {
+	rs := servicetest.StartRedis(t)
+	a, _ := fleetReplicas(t, rs.URL(), rs.URL())
+	phone := a.register("home", "phone")
+	laptop := a.register("home", "laptop")
+	var paused, bySender atomic.Bool
+	a.srv.hooks.senderDelivered = func(bool) {
+		bySender.Store(true)
+		if paused.CompareAndSwap(true, false) {
+			rs.Resume()
+		}
+	}
+	st := a.openStream(phone, "", false)
+	st.next()
+	// Until the stream waits and a sender delivers to it.
+	for i := 1; !bySender.Load(); i++ {
+		a.send(laptop, fmt.Sprint("m", i), []byte("x"), "phone")
+		st.next()
+	}
+	paused.Store(true)
+	rs.Pause()
+	a.send(laptop, "paused", []byte("x"), "phone")
+	if paused.CompareAndSwap(true, false) {
+		rs.Resume()
+		t.Fatal("no sender delivered the send made with Redis paused")
+	}
+	if ev := st.next(); ev.answer(t).Envelopes[0].ID != "paused" {
+		t.Fatalf("event %+v", ev)
+	}
+	if got := testutil.ToFloat64(a.srv.metrics.signalErrors); got != 0 {
+		t.Fatal("the publish failed: the stream was delivered to after it, with Redis still paused")
 	}
 }

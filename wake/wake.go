@@ -91,7 +91,9 @@ type Hub interface {
 	// waiter, wherever it is held, and has each wake with a Push target
 	// whose device no relay holds pushed, once. It is called after the
 	// store commits; an error means only that a held poll may notice late
-	// (by its own timeout or fallback), never that data is lost.
+	// (by its own timeout or fallback), never that data is lost. It calls
+	// LocalDone(ctx) once this process's waiters were told, before it
+	// reaches other relays.
 	Signal(ctx context.Context, wakes []Wake) error
 	// PushVia sets the Pusher of wakes whose devices no relay holds. The
 	// relay calls it once, before it serves; without one nothing is
@@ -114,6 +116,25 @@ type Hub interface {
 	NotifyAll()
 	// Close makes every current and future Wait return ErrClosed at once.
 	Close() error
+}
+
+// localDoneKey carries the function of WithLocalDone.
+type localDoneKey struct{}
+
+// WithLocalDone returns ctx carrying fn, for Signal: fn runs on Signal's
+// goroutine as soon as this process's waiters were told of the wakes, so
+// that the sender can go on with them (the relay delivers to the streams
+// it holds) without waiting for other relays to be told.
+func WithLocalDone(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, localDoneKey{}, fn)
+}
+
+// LocalDone calls the function ctx carries (WithLocalDone), if any. A hub's
+// Signal calls it once this process's waiters were told.
+func LocalDone(ctx context.Context) {
+	if fn, ok := ctx.Value(localDoneKey{}).(func()); ok {
+		fn()
+	}
 }
 
 // Watcher is a Waiter that can be watched without a goroutine blocked in

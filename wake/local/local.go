@@ -121,7 +121,7 @@ func (h *Hub) SubscribeLocal(k device.Key) (*Waiter, error) {
 // of each device held on this hub, and pushes to each device with a push
 // target and no waiter. A device with no waiter costs one map lookup. It
 // never fails.
-func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
+func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
 	obs := h.observer()
 	pusher := h.Pusher()
 	for _, w := range wakes {
@@ -134,6 +134,7 @@ func (h *Hub) Signal(_ context.Context, wakes []wake.Wake) error {
 			pusher.Push(w.Key, w.Push)
 		}
 	}
+	wake.LocalDone(ctx)
 	return nil
 }
 

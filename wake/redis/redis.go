@@ -363,6 +363,7 @@ func (h *Hub) Signal(ctx context.Context, wakes []wake.Wake) error {
 		}
 		out[i] = outbound{h.DeviceChannel(w.Key), appendWake(header(kindWakes, h.id), w)}
 	}
+	wake.LocalDone(ctx) // before the publish, which waits on Redis
 	heard, err := h.publish(ctx, out)
 	if p := h.local.Pusher(); p != nil {
 		for i, w := range wakes {
