@@ -14,7 +14,7 @@ import (
 // envelope costs a goroutine hand-off (the hub's callback moves the
 // read's deadline, the runtime readies the goroutine, often on a core it
 // must wake first), two deadline changes and a read that finds nothing,
-// about as much as the event's own write. The send that brings the news
+// and delays the event by that hand-off. The send that brings the news
 // is running already: when it finds its recipient's stream waiting on
 // this relay, it takes the stream (its mu) before its Signal, which then
 // leaves the goroutine asleep, and delivers the news itself, through the
