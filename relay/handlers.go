@@ -493,24 +493,20 @@ func (s *Server) afterCommit(ctx context.Context, household string, ds []store.D
 	// The idle streams of the recipients held here are delivered to on
 	// this goroutine (inline.go), as soon as the hub told this relay's
 	// waiters: not after other relays were told.
-	idle := s.idleStreams(wakes)
+	idle := s.idleStreams(wakes) // nil, allocating nothing, when none is
 	if s.hooks.sendersTook != nil {
 		s.hooks.sendersTook()
 	}
-	deliver := func() {
-		for _, st := range idle {
-			st.deliverNow()
-		}
-		idle = nil
-	}
-	if len(idle) > 0 {
-		sctx = wake.WithLocalDone(sctx, deliver)
+	if idle != nil {
+		sctx = wake.WithLocalDone(sctx, idle.deliver)
 	}
 	if err := s.hub.Signal(sctx, wakes); err != nil {
 		s.metrics.signalErrors.Inc()
 		s.log.Debug("wake-up signal failed; held polls fall back to their own timeout", "err", err)
 	}
-	deliver() // a hub that did not call LocalDone
+	if idle != nil {
+		idle.deliver() // a hub that did not call LocalDone
+	}
 }
 
 // pushTo queues a push to k, whose poll no relay holds: the hub's Pusher.

@@ -77,20 +77,34 @@ func (s *Server) senderMayWrite(st *stream, on bool) {
 }
 
 // idleStreams takes the streams of wakes' devices that wait on this
-// relay, for the sender to deliver to once its Signal is made; each must
-// be given back with deliverNow.
-func (s *Server) idleStreams(wakes []wake.Wake) []*stream {
-	var idle []*stream
+// relay, for the sender to deliver to (deliver) once its Signal told this
+// relay's waiters; nil when there are none.
+func (s *Server) idleStreams(wakes []wake.Wake) *idleStreams {
+	var idle *idleStreams
 	set := &s.streams
 	set.mu.RLock()
 	for i := range wakes {
 		if st := set.m[wakes[i].Key]; st != nil && st.mu.TryLock() {
 			st.inline.Store(true)
-			idle = append(idle, st)
+			if idle == nil {
+				idle = new(idleStreams)
+			}
+			idle.streams = append(idle.streams, st)
 		}
 	}
 	set.mu.RUnlock()
 	return idle
+}
+
+// idleStreams are the streams a sender took.
+type idleStreams struct{ streams []*stream }
+
+// deliver delivers to each stream taken and gives it back; once.
+func (idle *idleStreams) deliver() {
+	for _, st := range idle.streams {
+		st.deliverNow()
+	}
+	idle.streams = nil
 }
 
 // news is the stream's waiter's callback: it ends the goroutine's read,
